@@ -1,0 +1,69 @@
+"""posenc: positional encodings for Transformers, tested against their papers and references.
+
+Sinusoidal (Vaswani et al., 2017), learned absolute, RoPE (Su et al., 2021) and its scaled
+variants, ALiBi (Press et al., 2022), T5 relative bias (Raffel et al., 2020) and NoPE, behind
+one attention module that calls each scheme's hooks (embed / rotate / bias).
+"""
+
+from .alibi import alibi_bias, alibi_score_mod, alibi_slopes
+from .attention import KVCache, MultiHeadAttention, attend, causal_mask
+from .device import default_device
+from .learned import LearnedPositionalEmbedding
+from .rope import (
+    RotaryEmbedding,
+    apply_rope,
+    convert_rope_weight,
+    rope_cos_sin,
+    rope_permutation,
+    rotate_every_two,
+    rotate_half,
+)
+from .rope_scaling import rope_inv_freq
+from .schemes import (
+    SCHEMES,
+    ALiBi,
+    LearnedPE,
+    NoPE,
+    PositionScheme,
+    RoPE,
+    SinusoidalPE,
+    T5Bias,
+    make_scheme,
+)
+from .sinusoidal import SinusoidalPositionalEmbedding, sinusoidal_table
+from .t5 import T5RelativeBias, t5_relative_bucket
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMES",
+    "ALiBi",
+    "KVCache",
+    "LearnedPE",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "NoPE",
+    "PositionScheme",
+    "RoPE",
+    "RotaryEmbedding",
+    "SinusoidalPE",
+    "SinusoidalPositionalEmbedding",
+    "T5Bias",
+    "T5RelativeBias",
+    "alibi_bias",
+    "alibi_score_mod",
+    "alibi_slopes",
+    "apply_rope",
+    "attend",
+    "causal_mask",
+    "convert_rope_weight",
+    "default_device",
+    "make_scheme",
+    "rope_cos_sin",
+    "rope_inv_freq",
+    "rope_permutation",
+    "rotate_every_two",
+    "rotate_half",
+    "sinusoidal_table",
+    "t5_relative_bucket",
+]

@@ -1,0 +1,218 @@
+"""Multi-head attention that takes any position scheme and calls its hooks.
+
+``attend`` is the functional core: rotate (RoPE), append to the KV cache, add the bias (ALiBi,
+T5), mask, softmax. ``MultiHeadAttention`` wraps it with the q/k/v/out projections. The
+``embed`` hook (sinusoidal, learned) acts on the token embeddings, so the model calls it once
+before the first block; attention never changes when a scheme is added.
+
+Backends: ``"sdpa"`` (``torch.nn.functional.scaled_dot_product_attention``, the default),
+``"math"`` (the written-out ``softmax(q k^T / sqrt(d) + b) v``, for teaching and tests) and
+``"flex"`` (``torch.nn.attention.flex_attention`` with the scheme's ``score_mod``, compiled with
+``torch.compile`` so that no ``[L, L]`` bias is ever built; Dong et al., 2024). Where
+FlexAttention is missing (torch < 2.5) ``"flex"`` warns once and falls back to ``"sdpa"``.
+Masks use ``-inf`` through SDPA, never ``masked_fill(-1e9)``, which overflows in float16.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._checks import check_float, check_int, check_positions, check_tensor
+from .schemes import PositionScheme, make_scheme
+
+BACKENDS = ("sdpa", "math", "flex")
+
+
+class KVCache:
+    """Keys and values of the tokens seen so far, ``[B, H, T, Dh]``; keys are stored rotated."""
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append the new ``k, v [B, H, L, Dh]``; return all keys and values so far."""
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            if k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]:
+                raise ValueError(
+                    f"new keys {tuple(k.shape)} do not match the cached {tuple(self.k.shape)}"
+                )
+            self.k, self.v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+
+def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
+    """Boolean ``[q_len, k_len]``, True where query ``i`` (at absolute ``k_len - q_len + i``)
+    may see key ``j``. (SDPA's own ``is_causal`` aligns queries to the *first* keys, which is
+    wrong for a KV cache, so it is used only when ``q_len == k_len``.)"""
+    i = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # [Lq, 1]
+    return torch.arange(k_len, device=device)[None, :] <= i  # [Lq, Lk]
+
+
+_compiled_flex: Callable | None = None
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        warnings.warn(message, stacklevel=4)
+        _warned.add(key)
+
+
+def _flex(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable | None, causal: bool) -> Tensor | None:
+    """FlexAttention, compiled once; ``None`` where this torch has none."""
+    global _compiled_flex
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        _warn_once("import", f"backend='flex' needs torch >= 2.5 (this is {torch.__version__}); using 'sdpa'")
+        return None
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad and q.device.type == "cpu":
+        _warn_once("cpu-grad", "FlexAttention has no backward on CPU; using 'sdpa' while training")
+        return None
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    block_mask = None
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    if causal:
+        off = k_len - q_len
+
+        def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return q_idx + off >= kv_idx
+
+        block_mask = create_block_mask(mask_mod, None, None, q_len, k_len, device=q.device)
+    return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None = None,
+    *,
+    causal: bool = True,
+    positions: Tensor | None = None,
+    cache: KVCache | None = None,
+    backend: str = "sdpa",
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """Attention over ``q, k, v [B, H, L, Dh]`` with a position scheme; returns ``[B, H, L, Dh]``.
+
+    ``positions`` (``[L]`` or ``[B, L]``) default to ``len(cache) + arange(L)``. With a ``cache``
+    the new keys/values are appended and the queries attend to everything cached.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, floating=True)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have shape [B, H, L, Dh], got {tuple(t.shape)}")
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q, k, v must agree in batch, heads and head_dim (k and v fully), got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"q and k must hold the same new tokens, got {q.shape[-2]} and {k.shape[-2]}; "
+            "earlier keys belong in the cache"
+        )
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    dropout_p = check_float("dropout_p", dropout_p, minimum=0.0)
+    scheme = scheme if scheme is not None else make_scheme("nope")
+    offset = len(cache) if cache is not None else 0
+    if positions is None:
+        positions = torch.arange(offset, offset + q.shape[-2], device=q.device)  # [L]
+    check_positions("positions", positions)
+
+    q, k = scheme.rotate(q, k, positions)  # [B, H, L, Dh]
+    if cache is not None:
+        k, v = cache.update(k, v)  # [B, H, T, Dh]
+    q_len, k_len = q.shape[-2], k.shape[-2]
+
+    if backend == "flex" and dropout_p == 0.0:
+        score_mod = scheme.score_mod(k_len - q_len)
+        if score_mod is None and scheme.bias(1, 1) is not None:
+            raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
+        out = _flex(q, k, v, score_mod, causal)
+        if out is not None:
+            return out
+
+    bias = scheme.bias(q_len, k_len, causal=causal)  # [H, Lq, Lk] or None
+    if backend == "math":
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, H, Lq, Lk]
+        if bias is not None:
+            scores = scores + bias.to(scores.dtype)
+        if causal:
+            scores = scores.masked_fill(~causal_mask(q_len, k_len, q.device), float("-inf"))
+        probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
+        return probs @ v
+
+    if bias is None:
+        if causal and q_len == k_len:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+        mask = causal_mask(q_len, k_len, q.device) if causal else None  # [Lq, Lk] bool
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    bias = bias.to(q.dtype)
+    if causal:
+        bias = bias.masked_fill(~causal_mask(q_len, k_len, q.device), float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention ``[B, L, D] -> [B, L, D]`` with a position scheme.
+
+    ``scheme`` is a name (see ``make_scheme``) or a ``PositionScheme`` shared with the model.
+    The ``embed`` hook is *not* applied here: the model adds it to the token embeddings.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        scheme: str | PositionScheme | None = "nope",
+        causal: bool = True,
+        backend: str = "sdpa",
+        bias: bool = False,
+        dropout: float = 0.0,
+        max_len: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.dim = check_int("dim", dim, minimum=1)
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.head_dim = dim // num_heads
+        self.causal, self.backend = bool(causal), backend
+        self.dropout = check_float("dropout", dropout, minimum=0.0)
+        self.scheme = make_scheme(scheme, dim=dim, num_heads=num_heads, max_len=max_len, causal=causal)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
+        self.proj = nn.Linear(dim, dim, bias=bias)
+
+    def forward(
+        self, x: Tensor, *, positions: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
+        check_tensor("x", x, floating=True)
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape [B, L, {self.dim}], got {tuple(x.shape)}")
+        q, k, v = self.qkv(x).unflatten(-1, (3, self.num_heads, self.head_dim)).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, Dh]
+        y = attend(
+            q, k, v, self.scheme, causal=self.causal, positions=positions, cache=cache,
+            backend=self.backend, dropout_p=self.dropout if self.training else 0.0,
+        )  # [B, H, L, Dh]
+        return self.proj(y.transpose(1, 2).flatten(2))  # [B, L, D]

@@ -1,0 +1,256 @@
+"""Rotary position embedding, RoPE (Su et al., 2021, "RoFormer").
+
+Each pair of query/key channels is rotated by the angle ``pos * theta_i``, so the score
+``(R_m q) . (R_n k) = q . R_{n-m} k`` depends on the positions only through ``n - m``.
+
+Two channel layouts exist and the same weights give different results under them:
+
+* ``interleaved=True``: pairs ``(0, 1), (2, 3), ...`` -- the RoFormer paper, Meta's LLaMA code,
+  GPT-J. ``cos``/``sin`` repeat each angle twice: ``[t0, t0, t1, t1, ...]``.
+* ``interleaved=False`` ("half"): pairs ``(i, i + d/2)`` -- GPT-NeoX and Hugging Face Llama, whose
+  helper for it is called ``rotate_half``. ``cos``/``sin`` are ``[t0, t1, ..., t0, t1, ...]``.
+
+``rope_permutation`` and ``convert_rope_weight`` move q/k projection weights between the two,
+as checkpoint converters do.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_dtype, check_float, check_int, check_positions, check_tensor
+from .rope_scaling import rope_inv_freq
+
+_DYNAMIC = ("dynamic", "longrope")  # rope types whose inv_freq depends on the sequence length
+
+
+def rope_cos_sin(
+    positions: Tensor,
+    inv_freq: Tensor,
+    *,
+    interleaved: bool = True,
+    attention_factor: float = 1.0,
+    dtype: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``cos`` and ``sin`` of ``positions * inv_freq``, each ``[..., seq, rotary_dim]``.
+
+    ``positions`` is ``[seq]`` or ``[B, seq]`` (integers); angles are float32, scaled by
+    ``attention_factor`` (YaRN's temperature) and cast to ``dtype`` at the end.
+    """
+    check_positions("positions", positions)
+    check_tensor("inv_freq", inv_freq, floating=True)
+    if inv_freq.dim() != 1 or inv_freq.numel() == 0:
+        raise ValueError(f"inv_freq must be 1-D and non-empty, got shape {tuple(inv_freq.shape)}")
+    attention_factor = check_float("attention_factor", attention_factor, positive=True)
+    dtype = check_dtype("dtype", dtype)
+    angles = positions.to(torch.float32)[..., None] * inv_freq.to(positions.device, torch.float32)
+    if interleaved:
+        angles = angles.repeat_interleave(2, dim=-1)  # [..., seq, rd]: t0 t0 t1 t1 ...
+    else:
+        angles = torch.cat([angles, angles], dim=-1)  # [..., seq, rd]: t0 t1 ... t0 t1 ...
+    cos, sin = angles.cos() * attention_factor, angles.sin() * attention_factor
+    return (cos, sin) if dtype is None else (cos.to(dtype), sin.to(dtype))
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``[x1, x2] -> [-x2, x1]`` on the last dim: the 90-degree turn of the half layout."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def rotate_every_two(x: Tensor) -> Tensor:
+    """``(x0, x1), (x2, x3), ... -> (-x1, x0), (-x3, x2), ...``: the turn of the interleaved layout.
+
+    (The source article calls this ``rotate_half``; Hugging Face uses that name for the *half*
+    layout above.)
+    """
+    x = x.unflatten(-1, (-1, 2))  # [..., d/2, 2]
+    return torch.stack([-x[..., 1], x[..., 0]], dim=-1).flatten(-2)
+
+
+def _check_rope_args(x: Tensor, cos: Tensor, sin: Tensor) -> int:
+    check_tensor("x", x, floating=True, min_dim=2)
+    check_tensor("cos", cos, floating=True, min_dim=2)
+    check_tensor("sin", sin, floating=True, min_dim=2)
+    if cos.shape != sin.shape:
+        raise ValueError(
+            f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    rotary_dim = cos.shape[-1]
+    if rotary_dim % 2 or rotary_dim > x.shape[-1]:
+        raise ValueError(
+            f"cos.shape[-1] (rotary_dim) must be even and <= x.shape[-1]={x.shape[-1]}, got {rotary_dim}"
+        )
+    if cos.shape[-2] != x.shape[-2]:
+        raise ValueError(
+            f"cos/sin cover {cos.shape[-2]} positions but x has seq length {x.shape[-2]} "
+            f"(x shape {tuple(x.shape)}, cos shape {tuple(cos.shape)})"
+        )
+    try:
+        torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x of shape {tuple(x.shape)}"
+        ) from None
+    return rotary_dim
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = True) -> Tensor:
+    """Rotate ``x [..., seq, head_dim]`` by ``cos``/``sin [..., seq, rotary_dim]``.
+
+    When ``rotary_dim < head_dim`` only the first ``rotary_dim`` channels rotate (partial
+    rotary, as GPT-NeoX and Phi). The result has ``x``'s dtype; ``cos``/``sin`` are cast to it.
+    """
+    rd = _check_rope_args(x, cos, sin)
+    if rd < x.shape[-1]:
+        rotated = apply_rope(x[..., :rd], cos, sin, interleaved=interleaved)
+        return torch.cat([rotated, x[..., rd:]], dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    if interleaved:
+        if x.dtype in (torch.float32, torch.float64):
+            # one fused pass: each pair is a complex number, multiplied by e^{i*theta} (Meta's form)
+            rot = torch.complex(cos[..., 0::2], sin[..., 0::2])  # [..., seq, d/2]
+            xc = torch.view_as_complex(x.contiguous().unflatten(-1, (-1, 2)))  # [..., seq, d/2]
+            return torch.view_as_real(xc * rot).flatten(-2)
+        return x * cos + rotate_every_two(x) * sin
+    h = rd // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    c, s = cos[..., :h], sin[..., :h]
+    out = torch.empty_like(x)  # [..., seq, d]
+    o1, o2 = out[..., :h], out[..., h:]
+    torch.mul(x1, c, out=o1).addcmul_(x2, s, value=-1)  # x1 cos - x2 sin
+    torch.mul(x2, c, out=o2).addcmul_(x1, s)  # x2 cos + x1 sin
+    return out
+
+
+def rope_permutation(rotary_dim: int, *, to: str = "half") -> Tensor:
+    """Channel permutation between the layouts: ``x_half = x_interleaved[..., perm]``.
+
+    ``to="half"`` gives ``[0, 2, 4, ..., 1, 3, 5, ...]``; ``to="interleaved"`` its inverse.
+    """
+    rotary_dim = check_int("rotary_dim", rotary_dim, minimum=2, even=True)
+    perm = torch.cat([torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2)])
+    if to == "half":
+        return perm
+    if to == "interleaved":
+        return torch.argsort(perm)
+    raise ValueError(f"to must be 'half' or 'interleaved', got {to!r}")
+
+
+def convert_rope_weight(
+    weight: Tensor, num_heads: int, *, to: str = "half", rotary_dim: int | None = None
+) -> Tensor:
+    """Permute a q or k projection ``weight [num_heads * head_dim, in]`` (or its bias) so that a
+    model using the other RoPE layout gives the same attention scores.
+
+    This is what Hugging Face's LLaMA converter does to Meta's (interleaved) checkpoints.
+    """
+    check_tensor("weight", weight, min_dim=1)
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    if weight.shape[0] % num_heads:
+        raise ValueError(
+            f"weight.shape[0]={weight.shape[0]} is not divisible by num_heads={num_heads}"
+        )
+    head_dim = weight.shape[0] // num_heads
+    rotary_dim = head_dim if rotary_dim is None else rotary_dim
+    rotary_dim = check_int("rotary_dim", rotary_dim, minimum=2, even=True)
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be <= head_dim={head_dim}, got {rotary_dim}")
+    perm = torch.cat([rope_permutation(rotary_dim, to=to), torch.arange(rotary_dim, head_dim)])
+    w = weight.unflatten(0, (num_heads, head_dim))  # [H, Dh, ...]
+    return w[:, perm.to(weight.device)].flatten(0, 1)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates queries and keys ``[B, H, L, head_dim]`` by their positions.
+
+    ``forward(q, k, positions=None, offset=0)``: positions default to ``offset + arange(L)``;
+    pass ``positions [L]`` or ``[B, L]`` for per-sequence ids (left padding, KV caches).
+    ``cos``/``sin`` are cached in float32 and the cache grows on demand.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        base: float = 10000.0,
+        interleaved: bool = True,
+        scaling: dict | None = None,
+        partial_rotary_factor: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_int("head_dim", head_dim, minimum=2)
+        self.base = check_float("base", base, positive=True)
+        self.interleaved = bool(interleaved)
+        if scaling is not None and not isinstance(scaling, dict):
+            raise TypeError(f"scaling must be None or a dict, got {type(scaling).__name__}")
+        self.scaling = dict(scaling or {})
+        partial_rotary_factor = check_float("partial_rotary_factor", partial_rotary_factor, positive=True)
+        if partial_rotary_factor != 1.0:
+            self.scaling["partial_rotary_factor"] = partial_rotary_factor
+        self.rope_type = self.scaling.get("rope_type", self.scaling.get("type", "default"))
+        inv_freq, self.attention_factor = rope_inv_freq(head_dim, base=base, scaling=self.scaling)
+        self.rotary_dim = 2 * inv_freq.numel()
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # [rd/2]
+        self.register_buffer("cos_cached", torch.empty(0, self.rotary_dim), persistent=False)
+        self.register_buffer("sin_cached", torch.empty(0, self.rotary_dim), persistent=False)
+        self._cached_for: int | None = None  # seq_len the dynamic types were computed for
+
+    def _refresh(self, seq_len: int, device: torch.device) -> None:
+        if self.rope_type in _DYNAMIC and seq_len != self._cached_for:
+            inv_freq, self.attention_factor = rope_inv_freq(
+                self.head_dim, base=self.base, scaling=self.scaling, seq_len=seq_len
+            )
+            self.inv_freq = inv_freq.to(device)
+            self._cached_for = seq_len
+            self.cos_cached = self.cos_cached[:0]
+        if seq_len > self.cos_cached.shape[0] or self.cos_cached.device != device:
+            n = max(seq_len, 2 * self.cos_cached.shape[0], 64)
+            pos = torch.arange(n, device=device)
+            self.cos_cached, self.sin_cached = rope_cos_sin(
+                pos, self.inv_freq.to(device), interleaved=self.interleaved,
+                attention_factor=self.attention_factor,
+            )  # [n, rd] float32
+
+    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Cached ``cos``/``sin`` for ``positions [L]`` or ``[B, L]`` (float32)."""
+        check_positions("positions", positions)
+        seq_len = int(positions.max()) + 1 if positions.numel() else 0
+        self._refresh(seq_len, positions.device)
+        return self.cos_cached[positions], self.sin_cached[positions]
+
+    def forward(
+        self, q: Tensor, k: Tensor, positions: Tensor | None = None, offset: int = 0
+    ) -> tuple[Tensor, Tensor]:
+        check_tensor("q", q, floating=True, min_dim=2)
+        check_tensor("k", k, floating=True, min_dim=2)
+        if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"q and k must end in head_dim={self.head_dim}, got {tuple(q.shape)} and {tuple(k.shape)}"
+            )
+        if q.shape[-2] != k.shape[-2]:
+            raise ValueError(
+                f"q and k must have the same seq length here, got {q.shape[-2]} and {k.shape[-2]}; "
+                "rotate cached keys when they are written, then pass only the new ones"
+            )
+        offset = check_int("offset", offset, minimum=0)
+        seq = q.shape[-2]
+        if positions is None:
+            positions = torch.arange(offset, offset + seq, device=q.device)  # [L]
+        check_positions("positions", positions)
+        if positions.shape[-1] != seq:
+            raise ValueError(f"positions must have {seq} entries per row, got shape {tuple(positions.shape)}")
+        cos, sin = self.cos_sin(positions.to(q.device))  # [L, rd] or [B, L, rd]
+        if cos.dim() == 3 and q.dim() == 4:
+            cos, sin = cos[:, None], sin[:, None]  # [B, 1, L, rd]: broadcast over heads
+        return (
+            apply_rope(q, cos, sin, interleaved=self.interleaved),
+            apply_rope(k, cos, sin, interleaved=self.interleaved),
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
+            f"interleaved={self.interleaved}, rope_type={self.rope_type!r}"
+        )

@@ -1,0 +1,109 @@
+"""Sinusoidal position encoding (Vaswani et al., 2017, "Attention Is All You Need", sec. 3.5).
+
+    PE[pos, 2i]   = sin(pos / base^(2i/d))
+    PE[pos, 2i+1] = cos(pos / base^(2i/d))
+
+``interleaved=True`` is the paper's layout (sin on even channels, cos on odd); ``False`` is the
+``[sin..., cos...]`` layout of tensor2tensor and many codebases. An odd ``dim`` is handled: the last
+channel is the sine of the slowest frequency (interleaved) or the sine block is one wider.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_dtype, check_float, check_int, check_tensor
+
+
+def sinusoidal_table(
+    num_positions: int,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    interleaved: bool = True,
+    offset: int = 0,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """The table ``PE[offset : offset + num_positions]``, shape ``[num_positions, dim]``.
+
+    Angles are computed in float32 (float64 for a float64 ``dtype``) and cast at the end.
+    """
+    num_positions = check_int("num_positions", num_positions, minimum=0)
+    dim = check_int("dim", dim, minimum=1)
+    offset = check_int("offset", offset, minimum=0)
+    base = check_float("base", base, positive=True)
+    dtype = check_dtype("dtype", dtype)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    half = (dim + 1) // 2  # number of frequencies; the cos block is dim // 2 wide
+    inv_freq = base ** (-torch.arange(0, 2 * half, 2, device=device, dtype=work) / dim)  # [half]
+    pos = torch.arange(offset, offset + num_positions, device=device, dtype=work)  # [N]
+    angles = pos[:, None] * inv_freq[None, :]  # [N, half]
+    sin, cos = angles.sin(), angles.cos()[:, : dim // 2]
+    if interleaved:
+        table = torch.empty(num_positions, dim, device=device, dtype=work)
+        table[:, 0::2] = sin
+        table[:, 1::2] = cos
+    else:
+        table = torch.cat([sin, cos], dim=-1)  # [N, dim]
+    return table.to(dtype or torch.get_default_dtype())
+
+
+class SinusoidalPositionalEmbedding(nn.Module):
+    """Adds the sinusoidal table to token embeddings ``x [B, L, D]``.
+
+    ``scale=True`` multiplies ``x`` by ``sqrt(D)`` first, as the paper does with its embeddings.
+    With ``max_len=None`` the cached table grows on demand; with a ``max_len`` a longer sequence
+    raises a ``ValueError``. ``offset`` (or explicit ``positions``) serves cached decoding.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        max_len: int | None = None,
+        base: float = 10000.0,
+        interleaved: bool = True,
+        dropout: float = 0.0,
+        scale: bool = False,
+    ) -> None:
+        super().__init__()
+        self.dim = check_int("dim", dim, minimum=1)
+        self.max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
+        self.base = check_float("base", base, positive=True)
+        self.interleaved = bool(interleaved)
+        dropout = check_float("dropout", dropout, minimum=0.0)
+        if dropout >= 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.dropout = nn.Dropout(dropout)
+        self.scale = math.sqrt(dim) if scale else 1.0
+        self.register_buffer("table", self._table(max_len or 512), persistent=False)
+
+    def _table(self, n: int, device: torch.device | None = None) -> Tensor:
+        return sinusoidal_table(
+            n, self.dim, base=self.base, interleaved=self.interleaved, device=device
+        )
+
+    def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        check_tensor("x", x, floating=True)
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape [B, L, {self.dim}], got {tuple(x.shape)}")
+        offset = check_int("offset", offset, minimum=0)
+        if positions is None:
+            positions = torch.arange(offset, offset + x.shape[1], device=x.device)  # [L]
+        needed = int(positions.max()) + 1 if positions.numel() else 0
+        if self.max_len is not None and needed > self.max_len:
+            raise ValueError(
+                f"position {needed - 1} is past max_len={self.max_len}; "
+                f"use max_len=None to grow the table on demand"
+            )
+        if needed > self.table.shape[0]:
+            self.table = self._table(max(needed, 2 * self.table.shape[0]), x.device)
+        pe = self.table.to(x.device)[positions]  # [L, D] or [B, L, D]
+        return self.dropout(x * self.scale + pe.to(x.dtype))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, max_len={self.max_len}, base={self.base}, interleaved={self.interleaved}"
