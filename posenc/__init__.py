@@ -18,7 +18,7 @@ from .rope import (
     rotate_every_two,
     rotate_half,
 )
-from .rope_scaling import rope_inv_freq
+from .rope_scaling import ROPE_TYPES, RopeWavelengths, rope_inv_freq, rope_wavelengths
 from .schemes import (
     SCHEMES,
     ALiBi,
@@ -36,7 +36,9 @@ from .t5 import T5RelativeBias, t5_relative_bucket
 __version__ = "0.1.0"
 
 __all__ = [
+    "ROPE_TYPES",
     "SCHEMES",
+    "RopeWavelengths",
     "ALiBi",
     "KVCache",
     "LearnedPE",
@@ -62,6 +64,7 @@ __all__ = [
     "rope_cos_sin",
     "rope_inv_freq",
     "rope_permutation",
+    "rope_wavelengths",
     "rotate_every_two",
     "rotate_half",
     "sinusoidal_table",
