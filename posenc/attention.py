@@ -150,6 +150,10 @@ def attend(
             return out
 
     bias = scheme.bias(q_len, k_len, causal=causal)  # [H, Lq, Lk] or None
+    if bias is not None and bias.shape[0] not in (1, q.shape[1]):
+        raise ValueError(
+            f"scheme {scheme.name!r} has a bias for {bias.shape[0]} heads but q has {q.shape[1]} heads"
+        )
     if backend == "math":
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, H, Lq, Lk]
         if bias is not None:

@@ -1,0 +1,105 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from posenc import ALiBi, alibi_bias, alibi_score_mod, alibi_slopes, attend
+
+
+def paper_slopes(n: int) -> list[float]:
+    """Press et al. (2022), the reference code's get_slopes, written out."""
+
+    def pow2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return pow2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return pow2(closest) + paper_slopes(2 * closest)[0::2][: n - closest]
+
+
+@pytest.mark.parametrize("n", range(1, 65))
+def test_slopes_match_paper_for_1_to_64_heads(n):
+    torch.testing.assert_close(alibi_slopes(n), torch.tensor(paper_slopes(n)))
+
+
+def test_slopes_closed_form_and_simplified_rule():
+    torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0 ** -(h + 1) for h in range(8)]))
+    twelve = alibi_slopes(12)
+    simplified = torch.tensor([2.0 ** -(h + 1) for h in range(12)])
+    assert not torch.allclose(twelve, simplified)  # the article's 1/2^h is the paper's only for 8 heads
+    torch.testing.assert_close(twelve[:8], alibi_slopes(8))
+    torch.testing.assert_close(twelve[8:], alibi_slopes(16)[0::2][:4])
+    assert alibi_slopes(12).dtype == torch.float32
+
+
+def test_bias_formula_causal_and_bidirectional():
+    h, L = 4, 6
+    m = alibi_slopes(h)
+    b = alibi_bias(h, L)
+    bb = alibi_bias(h, L, causal=False)
+    for i in range(L):
+        for j in range(L):
+            if j <= i:
+                torch.testing.assert_close(b[:, i, j], -m * (i - j))
+            else:
+                assert torch.isinf(b[:, i, j]).all() and (b[:, i, j] < 0).all()
+            torch.testing.assert_close(bb[:, i, j], -m * abs(i - j))
+
+
+def test_kv_cache_rows_are_the_last_rows():
+    full = alibi_bias(8, 10)
+    torch.testing.assert_close(alibi_bias(8, 3, 10), full[:, 7:])
+    torch.testing.assert_close(alibi_bias(8, 1, 10, causal=False), alibi_bias(8, 10, causal=False)[:, 9:])
+
+
+def test_row_constant_does_not_change_probabilities():
+    """-m(i - j) and the reference code's m * j differ by a per-row constant: same softmax."""
+    h, L = 4, 9
+    scores = torch.randn(h, L, L)
+    m = alibi_slopes(h)[:, None, None]
+    j = torch.arange(L)[None, None, :]
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    p1 = (scores + alibi_bias(h, L)).softmax(-1)
+    p2 = (scores + m * j).masked_fill(~causal, float("-inf")).softmax(-1)
+    torch.testing.assert_close(p1, p2)
+    # without the causal mask the two forms are not the same attention
+    q1 = (scores + alibi_bias(h, L, causal=False)).softmax(-1)
+    q2 = (scores + m * j).softmax(-1)
+    assert not torch.allclose(q1, q2, atol=1e-3)
+
+
+def test_float16_bias_and_sdpa_have_no_overflow():
+    b = alibi_bias(4, 64, dtype=torch.float16)
+    assert b.dtype == torch.float16
+    q = k = v = torch.randn(1, 4, 64, 16, dtype=torch.float16)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=b)
+    assert torch.isfinite(out).all()
+
+
+def test_score_mod_equals_bias():
+    h, L = 4, 5
+    slopes = alibi_slopes(h)
+    full = alibi_bias(h, L, causal=False)
+    mod = alibi_score_mod(slopes, q_offset=2)
+    zero = torch.zeros(())
+    for hh in range(h):
+        for i in range(3):
+            for j in range(L):
+                got = mod(zero, 0, torch.tensor(hh), torch.tensor(i), torch.tensor(j))
+                want = -slopes[hh] * (i + 2 - j)
+                torch.testing.assert_close(got, want)
+                if j <= i + 2:
+                    torch.testing.assert_close(got, full[hh, i + 2, j])
+
+
+def test_flex_attention_equals_sdpa_with_bias():
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 4, 32, 16).unbind(0)
+    with torch.no_grad():
+        ref = attend(q, k, v, ALiBi(4))
+        out = attend(q, k, v, ALiBi(4), backend="flex")
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
