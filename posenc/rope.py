@@ -16,13 +16,13 @@ as checkpoint converters do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor, nn
 
 from ._checks import check_dtype, check_float, check_int, check_positions, check_tensor
-from .rope_scaling import rope_inv_freq
-
-_DYNAMIC = ("dynamic", "longrope")  # rope types whose inv_freq depends on the sequence length
+from .rope_scaling import rope_inv_freq, rope_switch_len
 
 
 def rope_cos_sin(
@@ -163,11 +163,31 @@ def convert_rope_weight(
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotates queries and keys ``[B, H, L, head_dim]`` by their positions.
+    """Rotates queries and keys ``[B, H, L, head_dim]`` by their positions, scaled or not.
 
     ``forward(q, k, positions=None, offset=0)``: positions default to ``offset + arange(L)``;
     pass ``positions [L]`` or ``[B, L]`` for per-sequence ids (left padding, KV caches).
-    ``cos``/``sin`` are cached in float32 and the cache grows on demand.
+    ``cos``/``sin``, times the attention factor (YaRN's temperature), are cached in float32 and
+    the cache grows on demand.
+
+    ``scaling`` is a Hugging Face ``rope_parameters`` dict (see ``rope_inv_freq``), checked here
+    at construction; ``partial_rotary_factor`` may be given as the argument or as its key. Two
+    types change their frequencies with each call's ``seq_len = max(positions) + 1`` (the whole
+    batch), exactly as HF's ``LlamaRotaryEmbedding`` with ``dynamic_rope_update``:
+
+    * ``dynamic`` (NTK by length, emozilla / bloc97 2023): frequencies follow the longest
+      ``seq_len`` seen once it exceeds ``max_position_embeddings``, and return to the originals
+      when a call is shorter than that length (a new, short prompt);
+    * ``longrope`` (Ding et al., 2024): ``long_factor`` while
+      ``seq_len > original_max_position_embeddings``, ``short_factor`` otherwise.
+
+    KV-cache pitfall: a key is rotated once, when it is written to the cache. When the
+    frequencies change later (``dynamic`` growing past the trained length, ``longrope`` crossing
+    it), new queries are rotated under the new frequencies and the cached keys stay under the
+    old ones, so ``q . k`` no longer depends on ``n - m`` alone and incremental decoding differs
+    from a full forward pass. Hugging Face does the same. Fixes: cache keys *before* rotation and
+    rotate all of them with ``cos_sin(arange(seq_len))`` at each step, or use a static type
+    (``linear``, ``ntk``, ``yarn``, ``llama3``).
     """
 
     def __init__(
@@ -176,48 +196,76 @@ class RotaryEmbedding(nn.Module):
         *,
         base: float = 10000.0,
         interleaved: bool = True,
-        scaling: dict | None = None,
+        scaling: Mapping | None = None,
         partial_rotary_factor: float = 1.0,
     ) -> None:
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, minimum=2)
         self.base = check_float("base", base, positive=True)
         self.interleaved = bool(interleaved)
-        if scaling is not None and not isinstance(scaling, dict):
+        if scaling is not None and not isinstance(scaling, Mapping):
             raise TypeError(f"scaling must be None or a dict, got {type(scaling).__name__}")
         self.scaling = dict(scaling or {})
-        partial_rotary_factor = check_float("partial_rotary_factor", partial_rotary_factor, positive=True)
-        if partial_rotary_factor != 1.0:
-            self.scaling["partial_rotary_factor"] = partial_rotary_factor
-        self.rope_type = self.scaling.get("rope_type", self.scaling.get("type", "default"))
+        p = check_float("partial_rotary_factor", partial_rotary_factor, positive=True)
+        given = self.scaling.get("partial_rotary_factor")
+        if p != 1.0 and given is not None and given != p:
+            raise ValueError(
+                f"partial_rotary_factor={p} and scaling['partial_rotary_factor']={given} "
+                f"disagree; give one"
+            )
+        if p != 1.0:
+            self.scaling["partial_rotary_factor"] = p
+        # every key is checked now, not at the first forward
         inv_freq, self.attention_factor = rope_inv_freq(head_dim, base=base, scaling=self.scaling)
+        self.rope_type = self.scaling.get("rope_type") or self.scaling.get("type") or "default"
+        self.original_len = rope_switch_len(self.scaling)  # None for the static types
+        self.freq_len = self.original_len  # the seq_len inv_freq is computed for
         self.rotary_dim = 2 * inv_freq.numel()
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # [rd/2]
         self.register_buffer("cos_cached", torch.empty(0, self.rotary_dim), persistent=False)
         self.register_buffer("sin_cached", torch.empty(0, self.rotary_dim), persistent=False)
-        self._cached_for: int | None = None  # seq_len the dynamic types were computed for
+
+    def _freq_len_for(self, seq_len: int) -> int | None:
+        """The ``seq_len`` inv_freq must be computed for after a call of ``seq_len`` (HF rules)."""
+        L, cur = self.original_len, self.freq_len
+        if self.rope_type == "longrope":
+            return L + 1 if seq_len > L else L  # any length > L selects the long factors
+        if self.rope_type == "dynamic":
+            if seq_len > cur:
+                return seq_len  # grow: rescale for the new length
+            if seq_len < L:
+                return L  # shorter than the trained length: back to the original frequencies
+        return cur  # static types, or dynamic between L and the longest length seen
 
     def _refresh(self, seq_len: int, device: torch.device) -> None:
-        if self.rope_type in _DYNAMIC and seq_len != self._cached_for:
+        freq_len = self._freq_len_for(seq_len)
+        if freq_len != self.freq_len:
             inv_freq, self.attention_factor = rope_inv_freq(
-                self.head_dim, base=self.base, scaling=self.scaling, seq_len=seq_len
+                self.head_dim, base=self.base, scaling=self.scaling, seq_len=freq_len
             )
-            self.inv_freq = inv_freq.to(device)
-            self._cached_for = seq_len
-            self.cos_cached = self.cos_cached[:0]
+            self.inv_freq = inv_freq.to(self.inv_freq.device)
+            self.freq_len = freq_len
+            self.cos_cached = self.cos_cached[:0]  # stale: rebuilt below
         if seq_len > self.cos_cached.shape[0] or self.cos_cached.device != device:
             n = max(seq_len, 2 * self.cos_cached.shape[0], 64)
-            pos = torch.arange(n, device=device)
             self.cos_cached, self.sin_cached = rope_cos_sin(
-                pos, self.inv_freq.to(device), interleaved=self.interleaved,
-                attention_factor=self.attention_factor,
+                torch.arange(n, device=device), self.inv_freq.to(device),
+                interleaved=self.interleaved, attention_factor=self.attention_factor,
             )  # [n, rd] float32
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """Cached ``cos``/``sin`` for ``positions [L]`` or ``[B, L]`` (float32)."""
+        """``cos``/``sin`` for ``positions [L]`` or ``[B, L]``, each ``[..., L, rotary_dim]`` float32.
+
+        Updates the frequencies of ``dynamic`` / ``longrope`` for ``seq_len = max(positions) + 1``
+        first; empty positions change nothing.
+        """
         check_positions("positions", positions)
-        seq_len = int(positions.max()) + 1 if positions.numel() else 0
-        self._refresh(seq_len, positions.device)
+        if positions.numel() == 0:
+            return rope_cos_sin(
+                positions, self.inv_freq, interleaved=self.interleaved,
+                attention_factor=self.attention_factor,
+            )
+        self._refresh(int(positions.max()) + 1, positions.device)
         return self.cos_cached[positions], self.sin_cached[positions]
 
     def forward(
@@ -252,5 +300,6 @@ class RotaryEmbedding(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
-            f"interleaved={self.interleaved}, rope_type={self.rope_type!r}"
+            f"interleaved={self.interleaved}, rope_type={self.rope_type!r}, "
+            f"attention_factor={self.attention_factor}"
         )

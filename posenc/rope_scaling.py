@@ -107,6 +107,18 @@ def rope_wavelengths(
     return RopeWavelengths(2 * math.pi / inv_freq, context_len * inv_freq / (2 * math.pi))
 
 
+def rope_switch_len(scaling: Mapping | None) -> int | None:
+    """The trained length past which ``rope_inv_freq`` depends on ``seq_len``, or ``None``.
+
+    ``dynamic``: ``max_position_embeddings`` (frequencies change for ``seq_len`` above it);
+    ``longrope``: ``original_max_position_embeddings`` (long factors above it, short ones up to
+    it). Every other type ignores ``seq_len``.
+    """
+    s = dict(scaling or {})
+    t = _rope_type(s)
+    return _dynamic_len(s, t) if t == "dynamic" else _original_len(s, t) if t == "longrope" else None
+
+
 # ---------------------------------------------------------------------------- key reading
 
 
@@ -220,10 +232,8 @@ def _ntk(s: dict, t: str, base: float, dim: int, seq_len: int | None) -> tuple[T
     return _plain(base * factor ** (dim / (dim - 2)), dim), 1.0
 
 
-def _dynamic(s: dict, t: str, base: float, dim: int, seq_len: int | None) -> tuple[Tensor, float]:
-    factor = _required(_num(s, "factor", t, minimum=1.0), "factor", t)
-    _no_dim_2(dim, t)
-    # HF scales from config.max_position_embeddings (the trained length for this type)
+def _dynamic_len(s: dict, t: str) -> int:
+    """dynamic: HF scales from config.max_position_embeddings (the trained length for this type)."""
     max_len = _length(s, "max_position_embeddings", t)
     orig = _length(s, "original_max_position_embeddings", t)
     if max_len is not None and orig is not None and max_len != orig:
@@ -232,7 +242,13 @@ def _dynamic(s: dict, t: str, base: float, dim: int, seq_len: int | None) -> tup
             f"scaling['original_max_position_embeddings']={orig} disagree for rope_type 'dynamic' "
             f"(HF uses max_position_embeddings as the trained length); give one"
         )
-    L = int(_required(max_len or orig, "max_position_embeddings", t))
+    return int(_required(max_len or orig, "max_position_embeddings", t))
+
+
+def _dynamic(s: dict, t: str, base: float, dim: int, seq_len: int | None) -> tuple[Tensor, float]:
+    factor = _required(_num(s, "factor", t, minimum=1.0), "factor", t)
+    _no_dim_2(dim, t)
+    L = _dynamic_len(s, t)
     seq = L if seq_len is None else max(seq_len, L)  # no change up to the trained length
     return _plain(base * ((factor * seq / L) - (factor - 1)) ** (dim / (dim - 2)), dim), 1.0
 
