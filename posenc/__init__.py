@@ -6,7 +6,7 @@ one attention module that calls each scheme's hooks (embed / rotate / bias).
 """
 
 from .alibi import alibi_bias, alibi_score_mod, alibi_slopes
-from .attention import KVCache, MultiHeadAttention, attend, causal_mask
+from .attention import KVCache, MultiHeadAttention, attend, causal_block_mask, causal_mask
 from .device import default_device
 from .learned import LearnedPositionalEmbedding
 from .rope import (
@@ -57,6 +57,7 @@ __all__ = [
     "alibi_slopes",
     "apply_rope",
     "attend",
+    "causal_block_mask",
     "causal_mask",
     "convert_rope_weight",
     "default_device",

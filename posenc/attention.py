@@ -62,6 +62,7 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None
 
 _compiled_flex: Callable | None = None
 _warned: set[str] = set()
+FLEX_BLOCK = 128  # FlexAttention's tile size
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -70,11 +71,43 @@ def _warn_once(key: str, message: str) -> None:
         _warned.add(key)
 
 
+def causal_block_mask(q_len: int, k_len: int, device: torch.device | str | None = None):
+    """A FlexAttention ``BlockMask`` for a causal mask with queries at the end of the keys.
+
+    Built tile by tile from ``[Lq / 128, Lk / 128]`` block tables, so it never evaluates the
+    mask on the full ``[Lq, Lk]`` grid (``create_block_mask`` in eager mode does, with int64
+    index tensors of that size).
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    off, n = k_len - q_len, FLEX_BLOCK
+    q_lo = torch.arange(0, q_len, n, device=device) + off  # [Nq] first query position per tile
+    q_hi = (q_lo - off + n).clamp(max=q_len) - 1 + off  # [Nq] last query position per tile
+    k_lo = torch.arange(0, k_len, n, device=device)  # [Nk]
+    k_hi = (k_lo + n).clamp(max=k_len) - 1  # [Nk]
+    full = k_hi[None, :] <= q_lo[:, None]  # [Nq, Nk] every key visible to every query
+    partial = (k_lo[None, :] <= q_hi[:, None]) & ~full  # [Nq, Nk] the diagonal tiles
+
+    def table(sel: Tensor) -> tuple[Tensor, Tensor]:
+        counts = sel.sum(-1, dtype=torch.int32)  # [Nq]
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)  # selected first
+        return counts[None, None], order[None, None]  # [1, 1, Nq], [1, 1, Nq, Nk]
+
+    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return q_idx + off >= kv_idx
+
+    kv_num, kv_idx = table(partial)
+    full_num, full_idx = table(full)
+    return BlockMask.from_kv_blocks(
+        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=n, mask_mod=mask_mod, seq_lengths=(q_len, k_len)
+    )
+
+
 def _flex(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable | None, causal: bool) -> Tensor | None:
     """FlexAttention, compiled once; ``None`` where this torch has none."""
     global _compiled_flex
     try:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        from torch.nn.attention.flex_attention import flex_attention
     except ImportError:
         _warn_once("import", f"backend='flex' needs torch >= 2.5 (this is {torch.__version__}); using 'sdpa'")
         return None
@@ -84,15 +117,7 @@ def _flex(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable | None, causal: b
         return None
     if _compiled_flex is None:
         _compiled_flex = torch.compile(flex_attention, dynamic=False)
-    block_mask = None
-    q_len, k_len = q.shape[-2], k.shape[-2]
-    if causal:
-        off = k_len - q_len
-
-        def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return q_idx + off >= kv_idx
-
-        block_mask = create_block_mask(mask_mod, None, None, q_len, k_len, device=q.device)
+    block_mask = causal_block_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
     return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
 

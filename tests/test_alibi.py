@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posenc import ALiBi, alibi_bias, alibi_score_mod, alibi_slopes, attend
+from posenc import ALiBi, KVCache, alibi_bias, alibi_score_mod, alibi_slopes, attend, causal_mask
 
 
 def paper_slopes(n: int) -> list[float]:
@@ -102,4 +102,30 @@ def test_flex_attention_equals_sdpa_with_bias():
     with torch.no_grad():
         ref = attend(q, k, v, ALiBi(4))
         out = attend(q, k, v, ALiBi(4), backend="flex")
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("q_len,k_len", [(300, 300), (5, 260), (130, 131), (1, 1)])
+def test_causal_block_mask_matches_dense_mask(q_len, k_len):
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    from posenc.attention import causal_block_mask
+
+    dense = causal_block_mask(q_len, k_len).to_dense()[0, 0]  # [Nq, Nk] tiles with any visible key
+    want = causal_mask(q_len, k_len)
+    n = 128
+    for qb in range(dense.shape[0]):
+        for kb in range(dense.shape[1]):
+            tile = want[qb * n : (qb + 1) * n, kb * n : (kb + 1) * n]
+            assert bool(dense[qb, kb]) == bool(tile.any())
+
+
+def test_flex_attention_with_kv_cache_offset():
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 1, 4, 200, 16).unbind(0)
+    with torch.no_grad():
+        ref = attend(q, k, v, ALiBi(4))[:, :, 150:]
+        cache = KVCache()
+        cache.update(k[:, :, :150], v[:, :, :150])
+        out = attend(q[:, :, 150:], k[:, :, 150:], v[:, :, 150:], ALiBi(4), cache=cache, backend="flex")
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
