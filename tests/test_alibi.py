@@ -65,7 +65,7 @@ def test_row_constant_does_not_change_probabilities():
     p1 = (scores + alibi_bias(h, L)).softmax(-1)
     p2 = (scores + m * j).masked_fill(~causal, float("-inf")).softmax(-1)
     torch.testing.assert_close(p1, p2)
-    # without the causal mask the two forms are not the same attention
+    # without the mask, m * j is not the symmetric -m|i - j|: it rewards the far future
     q1 = (scores + alibi_bias(h, L, causal=False)).softmax(-1)
     q2 = (scores + m * j).softmax(-1)
     assert not torch.allclose(q1, q2, atol=1e-3)
