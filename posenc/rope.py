@@ -115,12 +115,11 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = True)
             return torch.view_as_real(xc * rot).flatten(-2)
         return x * cos + rotate_every_two(x) * sin
     h = rd // 2
-    x1, x2 = x[..., :h], x[..., h:]
-    c, s = cos[..., :h], sin[..., :h]
-    out = torch.empty_like(x)  # [..., seq, d]
-    o1, o2 = out[..., :h], out[..., h:]
-    torch.mul(x1, c, out=o1).addcmul_(x2, s, value=-1)  # x1 cos - x2 sin
-    torch.mul(x2, c, out=o2).addcmul_(x1, s)  # x2 cos + x1 sin
+    s = sin[..., :h]  # both halves of the half layout share the angles
+    out = x * cos  # [..., seq, d]
+    o, xv = out.unflatten(-1, (2, h)), x.unflatten(-1, (2, h))  # [..., seq, 2, d/2] views
+    o[..., 0, :].addcmul_(xv[..., 1, :], s, value=-1)  # x1 cos - x2 sin
+    o[..., 1, :].addcmul_(xv[..., 0, :], s)  # x2 cos + x1 sin
     return out
 
 
