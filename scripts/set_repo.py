@@ -1,0 +1,161 @@
+#!/usr/bin/env python
+"""Propagate the repository URL from ``_config.yml`` to every place that repeats it.
+
+The book's repository address is written down once, as ``repository.url`` in ``_config.yml``
+(for example ``https://github.com/posenc-book/posenc-book``). This script copies it into
+
+* the ``REPO = "..."`` line of the Colab bootstrap cell of every ``book/**/*.ipynb``;
+* ``README.md`` and the Markdown pages of the book (``book/**/*.md``): links to the repository
+  (``https://github.com/<owner>/<repo>``, also inside ``git+https://...`` and Colab/raw links)
+  and to the published site (``https://<owner>.github.io/<repo>/``).
+
+Usage::
+
+    python scripts/set_repo.py            # rewrite the files in place
+    python scripts/set_repo.py --check    # change nothing; exit 1 if a file is out of date
+    python scripts/set_repo.py --from https://github.com/old/name   # also replace this address
+
+The addresses to replace in Markdown files are the ones the notebooks currently carry (plus any
+``--from``), so the usual workflow is: edit ``_config.yml``, run this script once.
+Notebooks are edited as text (only the ``REPO`` line changes), so their JSON layout is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The bootstrap line as it appears inside a notebook's JSON text: "REPO = \"https://...\"...
+_NB_REPO = re.compile(r'("REPO = \\")([^"\\]*)(\\")')
+# The same line as Python source (what a cell's source joins to).
+SOURCE_REPO = re.compile(r'^REPO = "([^"]*)"', re.MULTILINE)
+_GITHUB = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
+
+
+def config_url(root: Path = ROOT) -> str:
+    """Return ``repository.url`` from ``_config.yml`` (without a trailing slash)."""
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    try:
+        url = config["repository"]["url"]
+    except (KeyError, TypeError):
+        raise SystemExit("_config.yml has no repository.url") from None
+    url = str(url).rstrip("/")
+    if not _GITHUB.match(url):
+        raise SystemExit(f"repository.url must look like https://github.com/<owner>/<repo>, got {url!r}")
+    return url
+
+
+def owner_repo(url: str) -> tuple[str, str]:
+    """Split ``https://github.com/<owner>/<repo>`` into ``(owner, repo)``."""
+    match = _GITHUB.match(url.rstrip("/"))
+    if not match:
+        raise ValueError(f"not a GitHub repository URL: {url!r}")
+    return match.group(1), match.group(2)
+
+
+def site_url(url: str) -> str:
+    """The GitHub Pages address of the book: ``https://<owner>.github.io/<repo>/``."""
+    owner, repo = owner_repo(url)
+    return f"https://{owner.lower()}.github.io/{repo}/"
+
+
+def notebooks(root: Path = ROOT) -> list[Path]:
+    return sorted(p for p in (root / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+def markdown_files(root: Path = ROOT) -> list[Path]:
+    """README.md and the book's Markdown pages."""
+    pages = sorted(p for p in (root / "book").rglob("*.md") if ".ipynb_checkpoints" not in p.parts)
+    readme = root / "README.md"
+    return ([readme] if readme.exists() else []) + pages
+
+
+def notebook_repos(path: Path) -> list[str]:
+    """Every ``REPO = "..."`` value in a notebook (as stored: JSON-escaped text)."""
+    return [m.group(2) for m in _NB_REPO.finditer(path.read_text(encoding="utf-8"))]
+
+
+def rewrite_notebook(text: str, url: str) -> str:
+    return _NB_REPO.sub(lambda m: m.group(1) + url + m.group(3), text)
+
+
+def rewrite_markdown(text: str, old_urls: set[str], url: str) -> str:
+    """Replace every repository/site address derived from ``old_urls`` by the one of ``url``."""
+    new_owner, new_repo = owner_repo(url)
+    for old in sorted(old_urls):
+        try:
+            owner, repo = owner_repo(old)
+        except ValueError:
+            continue
+        end = r"(?![A-Za-z0-9_-])"  # do not match a longer repository name
+        o, r = re.escape(owner), re.escape(repo)
+        text = re.sub(rf"https://github\.com/{o}/{r}(?:\.git)?{end}", url, text)
+        text = re.sub(rf"https://{o}\.github\.io/{r}/?{end}", site_url(url), text, flags=re.IGNORECASE)
+        text = re.sub(
+            rf"colab\.research\.google\.com/github/{o}/{r}{end}",
+            f"colab.research.google.com/github/{new_owner}/{new_repo}",
+            text,
+        )
+        text = re.sub(
+            rf"raw\.githubusercontent\.com/{o}/{r}{end}",
+            f"raw.githubusercontent.com/{new_owner}/{new_repo}",
+            text,
+        )
+    return text
+
+
+def plan(root: Path = ROOT, extra_old: tuple[str, ...] = ()) -> dict[Path, str]:
+    """Return ``{path: new_text}`` for every file whose text would change."""
+    url = config_url(root)
+    changes: dict[Path, str] = {}
+    old_urls = {u.rstrip("/") for u in extra_old}
+    for nb in notebooks(root):
+        old_urls.update(u.rstrip("/") for u in notebook_repos(nb))
+        text = nb.read_text(encoding="utf-8")
+        new = rewrite_notebook(text, url)
+        if new != text:
+            changes[nb] = new
+    old_urls.discard(url)
+    if old_urls:
+        for page in markdown_files(root):
+            text = page.read_text(encoding="utf-8")
+            new = rewrite_markdown(text, old_urls, url)
+            if new != text:
+                changes[page] = new
+    return changes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="report, do not write; exit 1 if stale")
+    parser.add_argument(
+        "--from",
+        dest="old",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an old repository URL to replace in Markdown files (repeatable)",
+    )
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    url = config_url(args.root)
+    changes = plan(args.root, tuple(args.old))
+    for path in changes:
+        rel = path.relative_to(args.root)
+        print(f"{'stale' if args.check else 'updated'}: {rel}")
+        if not args.check:
+            path.write_text(changes[path], encoding="utf-8")
+    if not changes:
+        print(f"up to date: {url} (site {site_url(url)})")
+    return 1 if (args.check and changes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""The book's configuration agrees with itself.
+
+* every notebook's Colab bootstrap installs posenc from ``repository.url`` of ``_config.yml``;
+* notebooks are committed without outputs;
+* every ``_toc.yml`` entry exists, and every chapter in ``book/`` is in the toc;
+* every ``{cite}`` key used in ``book/`` is in ``book/references.bib``;
+* ``scripts/set_repo.py --check`` has nothing left to rewrite.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+NOTEBOOKS = sorted(p for p in BOOK.glob("*.ipynb"))
+CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
+BIB_KEY = re.compile(r"^@\s*[A-Za-z]+\s*\{\s*([^,\s]+)\s*,", re.MULTILINE)
+REPO_LINE = re.compile(r'^REPO = "([^"]*)"', re.MULTILINE)
+
+
+def _config() -> dict:
+    return yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+
+
+def _toc() -> dict:
+    return yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _toc_files(node) -> list[str]:
+    """All ``file:`` (and ``root:``) entries of a jb-book toc, depth first."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key in ("root", "file"):
+            if key in node:
+                found.append(str(node[key]))
+        for value in node.values():
+            if isinstance(value, list | dict):
+                found.extend(_toc_files(value))
+    elif isinstance(node, list):
+        for item in node:
+            found.extend(_toc_files(item))
+    return found
+
+
+def _set_repo():
+    spec = importlib.util.spec_from_file_location("set_repo", ROOT / "scripts" / "set_repo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_config_basics():
+    config = _config()
+    assert config["only_build_toc_files"] is True
+    assert config["execute"]["raise_on_error"] is True
+    assert "book/references.bib" in config["bibtex_bibfiles"]
+    url = config["repository"]["url"]
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", url), url
+    for pattern in (".venv", "_build", "tests", "posenc", "scripts", ".github", ".ci"):
+        assert pattern in config["exclude_patterns"], pattern
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks found in book/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_bootstrap_repo_matches_config(path: Path):
+    url = _config()["repository"]["url"].rstrip("/")
+    cells = [c for c in _load(path)["cells"] if c["cell_type"] == "code"]
+    assert cells, f"{path.name} has no code cell"
+    first = _source(cells[0])
+    found = REPO_LINE.findall(first)
+    assert found, f"{path.name}: the first code cell is not the Colab bootstrap (no REPO = line)"
+    assert found == [url], (
+        f"{path.name}: bootstrap REPO {found} != _config.yml repository.url {url!r}; "
+        "run `python scripts/set_repo.py`"
+    )
+    assert "google.colab" in first, f"{path.name}: the bootstrap must only install in Colab"
+    for cell in cells[1:]:
+        assert not REPO_LINE.search(_source(cell)), f"{path.name}: REPO set outside the bootstrap"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_has_no_outputs(path: Path):
+    for index, cell in enumerate(_load(path)["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        assert cell.get("outputs") == [], f"{path.name}: cell {index} has outputs (nbstripout it)"
+        assert cell.get("execution_count") is None, f"{path.name}: cell {index} has a count"
+
+
+def test_toc_entries_exist():
+    toc = _toc()
+    assert toc.get("format") == "jb-book"
+    entries = _toc_files(toc)
+    assert entries and entries[0] == toc["root"]
+    missing = [e for e in entries if not any((ROOT / f"{e}{ext}").exists() for ext in (".md", ".ipynb"))]
+    assert not missing, f"_toc.yml lists files that do not exist: {missing}"
+    assert len(entries) == len(set(entries)), "_toc.yml lists a file twice"
+
+
+def test_every_chapter_is_in_the_toc():
+    listed = set(_toc_files(_toc()))
+    for path in NOTEBOOKS:
+        assert f"book/{path.stem}" in listed, f"{path.name} is not in _toc.yml"
+
+
+def _cited_keys() -> dict[str, set[str]]:
+    used: dict[str, set[str]] = {}
+    for path in sorted(BOOK.rglob("*")):
+        if ".ipynb_checkpoints" in path.parts:
+            continue
+        if path.suffix == ".md":
+            texts = [path.read_text(encoding="utf-8")]
+        elif path.suffix == ".ipynb":
+            texts = [_source(c) for c in _load(path)["cells"] if c["cell_type"] == "markdown"]
+        else:
+            continue
+        for text in texts:
+            for group in CITE.findall(text):
+                for key in group.split(","):
+                    if key.strip():
+                        used.setdefault(key.strip(), set()).add(path.name)
+    return used
+
+
+def test_cite_keys_exist():
+    bib = (BOOK / "references.bib").read_text(encoding="utf-8")
+    keys = BIB_KEY.findall(bib)
+    assert len(keys) == len(set(keys)), "duplicate keys in references.bib"
+    used = _cited_keys()
+    assert used, "no {cite} roles found in book/"
+    missing = {k: sorted(v) for k, v in used.items() if k not in set(keys)}
+    assert not missing, f"cited but not in references.bib: {missing}"
+
+
+def test_bib_entries_are_complete():
+    bib = (BOOK / "references.bib").read_text(encoding="utf-8")
+    for entry in re.split(r"\n(?=@)", bib):
+        match = BIB_KEY.search(entry)
+        if not match:
+            continue
+        fields = {f.lower() for f in re.findall(r"^\s*(\w+)\s*=", entry, re.MULTILINE)}
+        for field in ("author", "title", "year", "url"):
+            assert field in fields, f"{match.group(1)} has no {field}"
+        venue = {"journal", "booktitle", "eprint", "howpublished", "institution"}
+        assert fields & venue, f"{match.group(1)} has no venue"
+
+
+def test_set_repo_has_nothing_to_do():
+    module = _set_repo()
+    url = module.config_url(ROOT)
+    assert module.site_url(url).startswith("https://") and module.site_url(url).endswith("/")
+    stale = [str(p.relative_to(ROOT)) for p in module.plan(ROOT)]
+    assert not stale, f"run `python scripts/set_repo.py`: stale {stale}"
+
+
+def test_set_repo_rewrites(tmp_path: Path):
+    """The script moves every copy of the address when ``repository.url`` changes."""
+    module = _set_repo()
+    (tmp_path / "book").mkdir()
+    (tmp_path / "_config.yml").write_text(
+        "repository:\n  url: https://github.com/new-owner/new-book\n", encoding="utf-8"
+    )
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": ['REPO = "https://github.com/old/book"  # set by scripts/set_repo.py\n'],
+            }
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (tmp_path / "book" / "x.ipynb").write_text(json.dumps(nb, indent=1), encoding="utf-8")
+    (tmp_path / "README.md").write_text(
+        "pip install 'posenc @ git+https://github.com/old/book'\n"
+        "Site: https://old.github.io/book/ and https://github.com/old/book-extras stays.\n"
+        "[Colab](https://colab.research.google.com/github/old/book/blob/main/book/x.ipynb)\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "book" / "intro.md").write_text(
+        "git clone https://github.com/old/book\nurl = {https://old.github.io/book/}\n", encoding="utf-8"
+    )
+    assert module.main(["--root", str(tmp_path), "--check"]) == 1
+    assert module.main(["--root", str(tmp_path)]) == 0
+    assert module.main(["--root", str(tmp_path), "--check"]) == 0
+    source = _source(_load(tmp_path / "book" / "x.ipynb")["cells"][0])
+    assert REPO_LINE.findall(source) == ["https://github.com/new-owner/new-book"]
+    readme = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "git+https://github.com/new-owner/new-book'" in readme
+    assert "https://new-owner.github.io/new-book/" in readme
+    assert "https://github.com/old/book-extras" in readme
+    assert "colab.research.google.com/github/new-owner/new-book/blob" in readme
+    intro = (tmp_path / "book" / "intro.md").read_text(encoding="utf-8")
+    assert intro == (
+        "git clone https://github.com/new-owner/new-book\nurl = {https://new-owner.github.io/new-book/}\n"
+    )
