@@ -2,11 +2,13 @@
 
 A scheme can enter attention at exactly one of three places:
 
-| hook     | what changes                         | schemes                     |
-|----------|--------------------------------------|-----------------------------|
-| ``embed``  | the input ``x + P[pos]``             | sinusoidal, learned absolute |
-| ``rotate`` | queries and keys ``R(pos) q, R(pos) k`` | RoPE                       |
-| ``bias``   | the logits ``s_ij + b_h(i, j)``      | ALiBi, T5 relative bias      |
+==========  =======================================  ============================
+hook        what changes                             schemes
+==========  =======================================  ============================
+``embed``   the input ``x + P[pos]``                 sinusoidal, learned absolute
+``rotate``  queries and keys ``R(pos) q, R(pos) k``  RoPE
+``bias``    the logits ``s_ij + b_h(i, j)``          ALiBi, T5 relative bias
+==========  =======================================  ============================
 
 NoPE (Kazemnejad et al., 2023) uses none of them. Attention calls ``rotate`` and ``bias``; the
 model calls ``embed`` once on the token embeddings. Adding a scheme never touches attention.
@@ -27,6 +29,7 @@ from .sinusoidal import SinusoidalPositionalEmbedding
 from .t5 import T5RelativeBias
 
 SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "t5", "nope")
+"""The names ``make_scheme`` accepts."""
 
 
 class PositionScheme(nn.Module):
