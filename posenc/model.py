@@ -1,0 +1,193 @@
+"""A small decoder-only language model whose position scheme is chosen by name.
+
+Pre-LayerNorm blocks (attention, then an MLP, each on ``x + f(LN(x))``), a final LayerNorm and
+an output layer tied to the token embedding, as in GPT-2. One position scheme (see
+``posenc.schemes``) is shared by every block: the ``embed`` hook acts once on the token
+embeddings, ``rotate`` and ``bias`` act inside each attention layer. Nothing else changes
+between schemes, so a difference in loss is a difference of position scheme.
+
+Token embeddings start as ``N(0, 1/dim)`` for every scheme. The scheme-specific settings a fair
+comparison needs live in :func:`scheme_kwargs`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._checks import check_float, check_int, check_positions, check_tensor
+from .attention import KVCache, MultiHeadAttention
+from .schemes import SCHEMES, PositionScheme, make_scheme
+
+
+def scheme_kwargs(scheme: str, *, train_len: int) -> dict:
+    """The per-scheme settings of a fair comparison, given the training length.
+
+    * ``sinusoidal``: the table is added to the token embeddings as they are (``scale=False``).
+      Vaswani et al. multiply the embeddings by ``sqrt(dim)`` first; in this small model that
+      gives a *higher* in-distribution loss (chapter 6 measures both), so the fair choice is
+      the one that trains better.
+    * ``t5``: ``max_distance = train_len``: every distance the model will meet past training
+      falls into the last bucket, which training has reached. (With the default 128 and a
+      training length of 64, the buckets for distances 64-127 would stay at their random
+      initialisation and be used only at test time.)
+    * the others need nothing: RoPE uses base 10000, ALiBi the paper's slopes, learned absolute
+      gets ``max_len`` rows from :class:`ModelConfig`, NoPE has nothing to set.
+    """
+    if scheme == "sinusoidal":
+        return {"scale": False}
+    if scheme == "t5":
+        return {"max_distance": max(int(train_len), 17)}  # > num_buckets // 2 = 16 (causal)
+    return {}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a :class:`TransformerLM`. ``max_len`` matters only to ``"learned"`` (its rows)."""
+
+    scheme: str = "alibi"
+    dim: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    mlp_ratio: int = 4
+    vocab_size: int = 256
+    max_len: int | None = None
+    scheme_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"unknown scheme {self.scheme!r}; allowed: {', '.join(SCHEMES)}")
+        for name in ("dim", "num_layers", "num_heads", "mlp_ratio", "vocab_size"):
+            check_int(name, getattr(self, name), minimum=1)
+        if self.dim % self.num_heads:
+            raise ValueError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
+        if self.max_len is not None:
+            check_int("max_len", self.max_len, minimum=1)
+        if self.scheme == "learned" and self.max_len is None:
+            raise ValueError("scheme 'learned' needs max_len (the number of position rows)")
+        if not isinstance(self.scheme_kwargs, dict):
+            raise TypeError(f"scheme_kwargs must be a dict, got {type(self.scheme_kwargs).__name__}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Block(nn.Module):
+    """``x + attn(LN(x))``, then ``x + mlp(LN(x))``."""
+
+    def __init__(self, config: ModelConfig, scheme: PositionScheme) -> None:
+        super().__init__()
+        d = config.dim
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = MultiHeadAttention(d, config.num_heads, scheme=scheme, causal=True)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(
+            nn.Linear(d, config.mlp_ratio * d), nn.GELU(), nn.Linear(config.mlp_ratio * d, d)
+        )
+
+    def forward(self, x: Tensor, positions: Tensor, cache: KVCache | None) -> Tensor:
+        x = x + self.attn(self.ln1(x), positions=positions, cache=cache)
+        return x + self.mlp(self.ln2(x))
+
+
+class TransformerLM(nn.Module):
+    """Decoder-only byte (or token) language model: ``tokens [B, L] -> logits [B, L, vocab]``.
+
+    ``TransformerLM(ModelConfig(...))`` or ``TransformerLM(scheme="rope", dim=64, ...)``.
+    """
+
+    def __init__(self, config: ModelConfig | None = None, **kwargs) -> None:
+        super().__init__()
+        if config is None:
+            config = ModelConfig(**kwargs)
+        elif kwargs:
+            raise TypeError("pass either a ModelConfig or keyword arguments, not both")
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        self.config = config
+        d = config.dim
+        self.embed = nn.Embedding(config.vocab_size, d)
+        self.scheme = make_scheme(
+            config.scheme, dim=d, num_heads=config.num_heads, max_len=config.max_len, causal=True,
+            **config.scheme_kwargs,
+        )
+        self.blocks = nn.ModuleList(Block(config, self.scheme) for _ in range(config.num_layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2 style: weights ``N(0, 0.02)``, residual outputs scaled by ``1/sqrt(2 layers)``,
+        token embeddings ``N(0, 1/dim)`` (they are also the output layer)."""
+        std = 0.02
+        for name, p in self.named_parameters():
+            if name.startswith("scheme.") or ".scheme." in name:
+                continue  # the scheme initialises its own parameters
+            if p.dim() == 2:
+                out_proj = name.endswith("attn.proj.weight") or name.endswith("mlp.2.weight")
+                nn.init.normal_(p, std=std / math.sqrt(2 * self.config.num_layers) if out_proj else std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        nn.init.normal_(self.embed.weight, std=self.config.dim**-0.5)
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        positions: Tensor | None = None,
+        caches: list[KVCache] | None = None,
+    ) -> Tensor:
+        """Logits ``[B, L, vocab]`` for ``tokens [B, L]`` (integers in ``[0, vocab)``).
+
+        ``positions`` default to ``arange(L)`` after whatever the ``caches`` (one
+        :class:`~posenc.attention.KVCache` per block) already hold.
+        """
+        check_tensor("tokens", tokens)
+        if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.dim() != 2:
+            raise TypeError(
+                f"tokens must be an integer tensor [B, L], got dtype {tokens.dtype}, "
+                f"shape {tuple(tokens.shape)}"
+            )
+        if caches is not None and len(caches) != len(self.blocks):
+            raise ValueError(
+                f"caches must hold one KVCache per block ({len(self.blocks)}), got {len(caches)}"
+            )
+        offset = len(caches[0]) if caches else 0
+        if positions is None:
+            positions = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)  # [L]
+        check_positions("positions", positions)
+        x = self.scheme.embed(self.embed(tokens), positions)  # [B, L, D]
+        for i, block in enumerate(self.blocks):
+            x = block(x, positions, caches[i] if caches else None)
+        return self.ln_f(x) @ self.embed.weight.T  # [B, L, vocab]
+
+    def loss(self, tokens: Tensor, targets: Tensor, *, reduction: str = "mean") -> Tensor:
+        """Cross-entropy (nats) of ``targets [B, L]`` given ``tokens [B, L]``."""
+        logits = self(tokens)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
+        loss = loss.view(targets.shape)
+        return loss.mean() if reduction == "mean" else loss
+
+    @torch.no_grad()
+    def generate(self, prompt: Tensor, max_new_tokens: int, *, temperature: float = 0.0) -> Tensor:
+        """Continue ``prompt [B, L]`` by ``max_new_tokens`` with a KV cache (greedy at
+        ``temperature=0``); returns ``[B, L + max_new_tokens]``."""
+        max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
+        temperature = check_float("temperature", temperature, minimum=0.0)
+        caches = [KVCache() for _ in self.blocks]
+        out, nxt = prompt, prompt
+        for _ in range(max_new_tokens):
+            logits = self(nxt, caches=caches)[:, -1].float()  # [B, vocab]
+            if temperature == 0:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                nxt = torch.multinomial((logits / temperature).softmax(-1), 1)
+            out = torch.cat([out, nxt], dim=1)
+        return out
