@@ -1,0 +1,416 @@
+"""Long context: extend a trained RoPE model with a scaling method, fine-tune it, test it.
+
+* :func:`rope_scaling_config` writes the Hugging Face ``rope_parameters`` dict of each method
+  for a model trained on ``original_len`` tokens and extended ``factor`` times.
+* :func:`yarn_betas` rescales YaRN's ``beta_fast`` / ``beta_slow`` (32 and 1, chosen for the
+  4096-token Llama 2) to another training length.
+* :func:`with_rope_scaling` returns a copy of a trained :class:`~posenc.model.TransformerLM`
+  whose RoPE uses a scaling config (zero-shot extension: no weight changes).
+* :func:`fine_tune` continues training a copy at a new length, on the byte corpus or on the
+  passkey task, with a cache of the result like :func:`~posenc.train.train_model`'s.
+* :func:`passkey_grid` measures passkey accuracy over lengths and needle depths.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._checks import check_float, check_int
+from .data import Corpus, load_corpus, passkey_batch, passkey_min_length, random_windows
+from .device import default_device
+from .model import TransformerLM
+from .rope import RotaryEmbedding
+from .rope_scaling import ROPE_TYPES
+from .schemes import RoPE
+from .train import cache_dir, passkey_accuracy
+
+FORMAT_VERSION = 1  # bump when a change makes cached fine-tuned weights stale
+
+YARN_REFERENCE_LEN = 4096
+"""The training length YaRN's default betas were chosen for (Llama 2, Peng et al., 2023)."""
+
+
+# ------------------------------------------------------------------------- configs
+
+
+def rope_scaling_config(
+    rope_type: str, factor: float, original_len: int, **overrides
+) -> dict | None:
+    """The ``rope_parameters`` dict that extends a model trained on ``original_len`` tokens
+    ``factor`` times with ``rope_type`` (``"default"`` gives ``None``: no scaling).
+
+    * ``linear``, ``ntk``: ``{"rope_type", "factor"}``;
+    * ``dynamic``: plus ``max_position_embeddings = original_len`` (HF grows the factor from
+      there);
+    * ``yarn``: plus ``original_max_position_embeddings`` (``beta_fast`` / ``beta_slow`` default
+      to HF's 32 and 1; see :func:`yarn_betas`);
+    * ``llama3``: plus ``low_freq_factor = 1``, ``high_freq_factor = 4`` (Llama 3.1's values);
+    * ``longrope``: ``short_factor`` and ``long_factor`` must be given in ``overrides``.
+
+    ``max_position_embeddings = factor * original_len`` is added for the by-parts types, as a
+    Hugging Face config would hold it. ``overrides`` are merged last.
+    """
+    if not isinstance(rope_type, str) or rope_type not in ROPE_TYPES:
+        raise ValueError(f"rope_type must be one of {list(ROPE_TYPES)}, got {rope_type!r}")
+    factor = check_float("factor", factor, minimum=1.0)
+    original_len = check_int("original_len", original_len, minimum=1)
+    if rope_type == "default":
+        if overrides:
+            raise ValueError(f"rope_type 'default' takes no overrides, got {sorted(overrides)}")
+        return None
+    cfg: dict = {"rope_type": rope_type, "factor": factor}
+    if rope_type == "dynamic":
+        cfg["max_position_embeddings"] = original_len
+    elif rope_type in ("yarn", "llama3", "longrope"):
+        cfg["original_max_position_embeddings"] = original_len
+        cfg["max_position_embeddings"] = int(round(factor * original_len))
+        if rope_type == "llama3":
+            cfg.update(low_freq_factor=1.0, high_freq_factor=4.0)
+        if rope_type == "longrope" and not {"short_factor", "long_factor"} <= set(overrides):
+            raise ValueError("rope_type 'longrope' needs short_factor and long_factor in overrides")
+    cfg.update(overrides)
+    return cfg
+
+
+def yarn_betas(
+    original_len: int,
+    *,
+    reference_len: int = YARN_REFERENCE_LEN,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+) -> dict:
+    """YaRN's ``beta_fast`` / ``beta_slow`` rescaled from ``reference_len`` to ``original_len``.
+
+    A beta counts full turns inside the training context: pairs turning more than
+    ``beta_fast`` times are kept, pairs turning fewer than ``beta_slow`` times are interpolated.
+    The pair that sits at a given turn count ``beta`` has index
+    ``(d / 2) * ln(L / (2 pi beta)) / ln(base)``, so the same *share* of pairs falls on each side
+    of the ramp at length ``L`` as at ``reference_len`` when ``beta`` scales like ``L``:
+    ``beta * original_len / reference_len``. Returns ``{"beta_fast", "beta_slow"}``.
+    """
+    original_len = check_int("original_len", original_len, minimum=1)
+    reference_len = check_int("reference_len", reference_len, minimum=1)
+    beta_fast = check_float("beta_fast", beta_fast, positive=True)
+    beta_slow = check_float("beta_slow", beta_slow, positive=True)
+    r = original_len / reference_len
+    return {"beta_fast": beta_fast * r, "beta_slow": beta_slow * r}
+
+
+# --------------------------------------------------------------------- zero shot
+
+
+def rope_modules(model: torch.nn.Module) -> list[RoPE]:
+    """The distinct RoPE schemes inside ``model`` (a TransformerLM shares one across blocks)."""
+    seen, out = set(), []
+    for m in model.modules():
+        if isinstance(m, RoPE) and id(m) not in seen:
+            seen.add(id(m))
+            out.append(m)
+    return out
+
+
+def with_rope_scaling(model: TransformerLM, scaling: Mapping | None) -> TransformerLM:
+    """A copy of ``model`` whose RoPE uses ``scaling`` (a ``rope_parameters`` dict, or ``None``
+    for the plain frequencies); the weights are shared by value, ``model`` is not changed.
+
+    Head size, base, layout and partial rotary factor are kept. The copy carries
+    ``rope_scaling`` (the dict) and the original's attributes (``train_config``, ...).
+    Raises ``ValueError`` if the model has no RoPE.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if scaling is not None and not isinstance(scaling, Mapping):
+        raise TypeError(f"scaling must be None or a dict, got {type(scaling).__name__}")
+    if not rope_modules(model):
+        raise ValueError("model has no RoPE scheme to scale (with_rope_scaling needs scheme='rope')")
+    new = copy.deepcopy(model)
+    for scheme in rope_modules(new):
+        old = scheme.rotary
+        keep = {"partial_rotary_factor": old.scaling["partial_rotary_factor"]} if (
+            "partial_rotary_factor" in old.scaling
+        ) else {}
+        scaled = {**dict(scaling or {}), **keep} or None
+        scheme.rotary = RotaryEmbedding(
+            old.head_dim, base=old.base, interleaved=old.interleaved, scaling=scaled
+        ).to(old.inv_freq.device)
+    new.rope_scaling = None if scaling is None else dict(scaling)
+    return new
+
+
+# --------------------------------------------------------------------- fine-tuning
+
+
+@dataclass(frozen=True)
+class FineTuneConfig:
+    """What :func:`fine_tune` did: the task, the sequence length, steps, batch and schedule."""
+
+    task: str
+    length: int
+    steps: int
+    batch_size: int
+    lr: float
+    warmup: int
+    min_lr_ratio: float
+    weight_decay: float
+    grad_clip: float
+    seed: int
+
+    def lr_at(self, step: int) -> float:
+        """Linear warm-up, then cosine down to ``lr * min_lr_ratio`` (as in ``posenc.train``)."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        t = min(1.0, (step - self.warmup) / max(1, self.steps - self.warmup))
+        lo = self.lr * self.min_lr_ratio
+        return lo + 0.5 * (self.lr - lo) * (1 + math.cos(math.pi * t))
+
+
+def _atomic_save(obj: object, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _fingerprint(model: TransformerLM) -> str:
+    """SHA-256 of the weights, the model config and every RoPE scaling inside the model."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        buf = io.BytesIO()
+        torch.save(t.detach().cpu().contiguous(), buf)
+        h.update(name.encode() + b"\0" + hashlib.sha256(buf.getvalue()).digest())
+    meta = {
+        "model": model.config.to_dict(),
+        "rope": [r.rotary.scaling for r in rope_modules(model)],
+        "format_version": FORMAT_VERSION,
+    }
+    h.update(json.dumps(meta, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _optimizer(model: TransformerLM, cfg: FineTuneConfig) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        in_block = name.startswith("blocks.") and ".scheme." not in name
+        (decay if in_block and p.dim() == 2 else no_decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def _loss(model: TransformerLM, cfg: FineTuneConfig, step: int, data: Tensor | None,
+          gen: torch.Generator, device: torch.device) -> Tensor:
+    """The training loss of one step (see :func:`fine_tune`)."""
+    if cfg.task == "lm":
+        x, y = random_windows(data, cfg.batch_size, cfg.length, generator=gen)
+        x, y = x.to(device), y.to(device)
+        return F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
+    # passkey: a random length per step, so the key's distance from the question varies;
+    # seeds far from the ones evaluation uses (0, 1, ...)
+    n = int(torch.randint(passkey_min_length(), cfg.length + 2, (1,), generator=gen))
+    tokens, _, _ = passkey_batch(cfg.batch_size, n, seed=1_000_000 + 100_000 * cfg.seed + step)
+    tokens = tokens.to(device)
+    x, y = tokens[:, :-1], tokens[:, 1:]  # [B, n - 1]
+    loss = F.cross_entropy(model(x).transpose(1, 2).float(), y, reduction="none")  # [B, n - 1]
+    return loss.mean() + loss[:, -5:].mean()  # every byte, plus the 5 key digits once more
+
+
+def fine_tune(
+    model: TransformerLM,
+    *,
+    length: int,
+    steps: int,
+    task: str = "lm",
+    batch_size: int | None = None,
+    lr: float = 1e-3,
+    warmup: int | None = None,
+    min_lr_ratio: float = 0.1,
+    weight_decay: float = 0.1,
+    grad_clip: float = 1.0,
+    seed: int = 0,
+    corpus: Corpus | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+    cache: bool = True,
+    threads: int | None = 1,
+) -> TransformerLM:
+    """Continue training a copy of ``model`` on sequences of ``length`` tokens; ``model`` is
+    not changed. Returned in eval mode, on ``device``.
+
+    ``task="lm"``: next-byte prediction on random windows of ``corpus.train``; ``"passkey"``:
+    passkey examples (:func:`posenc.data.passkey_batch`) of a random length per step, up to
+    ``length`` inputs, with the loss of every byte plus, once more, that of the 5 key digits.
+    (At one fixed length a small model learns the few distances between needle and question
+    instead of retrieval; the extra weight on the key makes the retrieval signal count.)
+    ``batch_size`` defaults to the same number of tokens per step as the original training
+    (``train_config.batch_size * train_config.train_len // length``, at least 1); ``warmup`` to
+    10 % of the steps. AdamW with the schedule and weight-decay groups of
+    :func:`posenc.train.train_model`. The RoPE scaling inside ``model`` (see
+    :func:`with_rope_scaling`) is used as it is. ``threads``: CPU threads while training
+    (``None``: torch's setting), 1 by default as in :func:`posenc.train.train_model`.
+
+    With ``cache=True`` the result is stored under :func:`posenc.train.cache_dir`, keyed by the
+    starting weights, the model config, its RoPE scaling, the arguments and the corpus. The
+    copy carries ``fine_tune_config``, ``history`` (loss per step), ``train_seconds``,
+    ``from_cache`` and the original's ``train_config``.
+    """
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
+    if task not in ("lm", "passkey"):
+        raise ValueError(f"task must be 'lm' or 'passkey', got {task!r}")
+    length = check_int("length", length, minimum=2)
+    if task == "passkey" and length + 1 < passkey_min_length():
+        raise ValueError(
+            f"length must be >= {passkey_min_length() - 1} for the passkey task, got {length}"
+        )
+    steps = check_int("steps", steps, minimum=1)
+    if batch_size is None:
+        tc = getattr(model, "train_config", None)
+        tokens = tc.batch_size * tc.train_len if tc is not None else 2048
+        batch_size = max(1, tokens // length)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    warmup = max(1, steps // 10) if warmup is None else check_int("warmup", warmup, minimum=0)
+    cfg = FineTuneConfig(
+        task=task, length=length, steps=steps, batch_size=batch_size,
+        lr=check_float("lr", lr, positive=True), warmup=warmup,
+        min_lr_ratio=check_float("min_lr_ratio", min_lr_ratio, minimum=0.0),
+        weight_decay=check_float("weight_decay", weight_decay, minimum=0.0),
+        grad_clip=check_float("grad_clip", grad_clip, minimum=0.0),
+        seed=check_int("seed", seed, minimum=0),
+    )  # fmt: skip
+    device = default_device() if device in (None, "auto") else torch.device(device)
+    data = None
+    corpus_sha = None
+    if task == "lm":
+        corpus = load_corpus() if corpus is None else corpus
+        data, corpus_sha = corpus.train, corpus.sha256
+    key = hashlib.sha256(
+        json.dumps(
+            {"start": _fingerprint(model), "fine_tune": asdict(cfg), "corpus": corpus_sha},
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()
+    path = cache_dir() / f"ft-{task}-{length}-{key[:24]}.pt"
+
+    new = copy.deepcopy(model).to(device)
+    if cache and path.is_file():
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            if state.get("key") != key:
+                raise ValueError("cache key mismatch")
+            new.load_state_dict(state["model"])
+        except Exception:  # stale or damaged: train again and overwrite it
+            new = copy.deepcopy(model).to(device)
+        else:
+            new.eval()
+            new.fine_tune_config, new.history = cfg, list(state["history"])
+            new.train_seconds, new.from_cache = float(state["train_seconds"]), True
+            return new
+
+    with _cpu_threads(threads if device.type == "cpu" else None):
+        history, seconds = _fine_tune(new, cfg, data, device, progress)
+    if cache:
+        _atomic_save(
+            {
+                "key": key, "format_version": FORMAT_VERSION, "fine_tune": asdict(cfg),
+                "history": history, "train_seconds": seconds,
+                "model": {k: v.detach().cpu() for k, v in new.state_dict().items()},
+            },
+            path,
+        )  # fmt: skip
+    new.fine_tune_config, new.history = cfg, history
+    new.train_seconds, new.from_cache = seconds, False
+    return new
+
+
+@contextmanager
+def _cpu_threads(n: int | None) -> Iterator[None]:
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(check_int("threads", n, minimum=1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _fine_tune(
+    new: TransformerLM, cfg: FineTuneConfig, data: Tensor | None, device: torch.device, progress: bool
+) -> tuple[list[float], float]:
+    new.train()
+    opt = _optimizer(new, cfg)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    bar = None
+    if progress:
+        import sys
+
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.steps, desc=f"fine-tune {cfg.task} @ {cfg.length}", unit="step",
+                   file=sys.stdout, leave=False)
+    losses: list[Tensor] = []
+    start = time.perf_counter()
+    for step in range(cfg.steps):
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr_at(step)
+        loss = _loss(new, cfg, step, data, gen, device)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(new.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(loss.detach())
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    seconds = time.perf_counter() - start
+    new.eval()
+    return torch.stack(losses).float().cpu().tolist(), seconds
+
+
+@torch.no_grad()
+def passkey_grid(
+    model: TransformerLM,
+    lengths: Sequence[int],
+    depths: Sequence[float],
+    *,
+    num: int = 16,
+    seed: int = 0,
+) -> Tensor:
+    """Passkey digit accuracy ``[len(depths), len(lengths)]`` (float, in ``[0, 1]``), ``num``
+    examples per cell with the needle at each depth (0: start of the filler, 1: its end)."""
+    lengths = [check_int("length", n, minimum=passkey_min_length()) for n in lengths]
+    depths = [check_float("depth", d, minimum=0.0) for d in depths]
+    if any(d > 1 for d in depths):
+        raise ValueError(f"depths must lie in [0, 1], got {depths}")
+    if not lengths or not depths:
+        raise ValueError("lengths and depths must each hold at least one value")
+    out = torch.zeros(len(depths), len(lengths))
+    for j, n in enumerate(lengths):
+        for i, d in enumerate(depths):
+            out[i, j] = passkey_accuracy(model, n, num=num, seed=seed + i, depth=d)
+    return out
