@@ -99,11 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated evaluation lengths (default: "
                    + ", ".join(f"{f}x" for f in DEFAULT_FACTORS) + " the training length)")
     p.add_argument("--steps", type=lambda t: _int(t, 1), default=None,
-                   help=f"training steps (default {d.steps}; --full: 3000)")
+                   help=f"training steps (default {d.steps}; --full: 2000)")
     p.add_argument("--seeds", type=_int_list(0), default=None,
                    help="comma-separated seeds, results averaged (default 0; --full: 0,1,2)")
-    p.add_argument("--eval-tokens", type=lambda t: _int(t, 1), default=65536,
-                   help="predictions per evaluation length (default 65536)")
+    p.add_argument("--eval-tokens", type=lambda t: _int(t, 1), default=32768,
+                   help="predictions per evaluation length (default 32768)")
+    p.add_argument("--threads", type=lambda t: _int(t, 0), default=1,
+                   help="CPU threads (default 1, see posenc.train.train_model; 0: torch's default)")
+    p.add_argument("--workers", type=lambda t: _int(t, 0), default=0,
+                   help="processes that train at once on a CPU (default 0: one per core, at most 8)")
     p.add_argument("--full", action="store_true",
                    help="the chapter's full setting: larger models, longer training, 3 seeds")
     p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, cuda, mps")
@@ -155,7 +159,8 @@ def extrapolate(args: argparse.Namespace) -> int:
         ex = run_extrapolation(
             args.schemes, base=base, eval_lens=args.eval_lens, steps=args.steps, seeds=seeds,
             device=None if args.device == "auto" else args.device, progress=not args.no_progress,
-            cache=not args.no_cache, num_tokens=args.eval_tokens,
+            cache=not args.no_cache, num_tokens=args.eval_tokens, threads=args.threads or None,
+            workers=args.workers or None,
             log=lambda line: print(line, flush=True),
         )
     except (FileNotFoundError, ValueError) as err:

@@ -22,7 +22,8 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -82,9 +83,12 @@ class TrainConfig:
     ``max_len`` is the number of rows of the learned absolute table (``None``: 16 x
     ``train_len``); only the first ``train_len`` rows are ever trained, the rest keep their
     initial values -- that is what testing a learned table on longer inputs means. Other
-    schemes ignore it. ``warmup`` is a number of steps; the learning rate then follows a cosine
-    from ``lr`` down to ``lr * min_lr_ratio``. Weight decay applies to the blocks' matrices
-    only (not to embeddings, position parameters, norms or biases).
+    schemes ignore it. ``scheme_options`` are keyword arguments for the scheme on top of the
+    fair defaults of :func:`~posenc.model.scheme_kwargs` (e.g. ``{"scale": True}`` for
+    sinusoidal, ``{"base": 500000.0}`` for RoPE). ``warmup`` is a number of steps; the
+    learning rate then follows a cosine from ``lr`` down to ``lr * min_lr_ratio``. Weight
+    decay applies to the blocks' matrices only (not to embeddings, position parameters, norms
+    or biases).
     """
 
     scheme: str = "alibi"
@@ -102,6 +106,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     max_len: int | None = None
+    scheme_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
@@ -116,6 +121,8 @@ class TrainConfig:
         check_float("grad_clip", self.grad_clip, minimum=0.0)
         if self.max_len is not None and check_int("max_len", self.max_len, minimum=1) < self.train_len:
             raise ValueError(f"max_len must be >= train_len={self.train_len}, got {self.max_len}")
+        if not isinstance(self.scheme_options, dict):
+            raise TypeError(f"scheme_options must be a dict, got {type(self.scheme_options).__name__}")
 
     @property
     def table_len(self) -> int:
@@ -127,7 +134,7 @@ class TrainConfig:
             scheme=self.scheme, dim=self.dim, num_layers=self.num_layers, num_heads=self.num_heads,
             mlp_ratio=self.mlp_ratio, vocab_size=256,
             max_len=self.table_len if self.scheme == "learned" else None,
-            scheme_kwargs=scheme_kwargs(self.scheme, train_len=self.train_len),
+            scheme_kwargs={**scheme_kwargs(self.scheme, train_len=self.train_len), **self.scheme_options},
         )
 
     def to_dict(self) -> dict:
@@ -148,10 +155,10 @@ class TrainConfig:
         return cache_dir() / f"lm-{self.scheme}-{self.key(corpus_sha256)[:24]}.pt"
 
 
-def full_config(scheme: str, *, seed: int = 0, **overrides) -> TrainConfig:
-    """The chapter's "full" setting: a larger model, longer training (run with three seeds).
-    Off by default; about 10 minutes per model on a 2-core CPU, seconds on a GPU."""
-    base = {"dim": 128, "num_layers": 4, "num_heads": 8, "steps": 3000, "lr": 2e-3, "warmup": 150}
+def full_config(scheme: str = "alibi", *, seed: int = 0, **overrides) -> TrainConfig:
+    """The chapter's "full" setting (off by default, run with seeds 0, 1, 2): twice the width,
+    three layers, 8 heads, twice the steps. About 4 minutes per model on a 2-core CPU."""
+    base = {"dim": 128, "num_layers": 3, "num_heads": 8, "steps": 2000, "lr": 5e-3, "warmup": 150}
     return TrainConfig(scheme=scheme, seed=seed, **{**base, **overrides})
 
 
@@ -187,6 +194,20 @@ def _resolve_device(device: torch.device | str | None) -> torch.device:
     return torch.device(device)
 
 
+@contextmanager
+def cpu_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(n)`` (``None``: leave it as it is)."""
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(check_int("threads", n, minimum=1))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 def build_model(config: TrainConfig) -> TransformerLM:
     """A freshly initialised model for ``config`` (seeded by ``config.seed``; the global RNG is
     left untouched)."""
@@ -203,6 +224,7 @@ def train_model(
     progress: bool = True,
     cache: bool = True,
     retrain: bool = False,
+    threads: int | None = 1,
 ) -> TransformerLM:
     """Train (or load from the cache) the model ``config`` describes; returned in eval mode.
 
@@ -211,6 +233,12 @@ def train_model(
     ``cache=False`` neither reads nor writes the cache; ``retrain=True`` ignores a cached copy.
     The data order depends on ``config.seed`` only, so every scheme with the same seed sees the
     same batches.
+
+    ``threads`` is the number of CPU threads while training (``None``: torch's setting). The
+    default, 1, makes a CPU run independent of the machine's core count (more threads change
+    the order of float additions), and models this small gain little from more threads; on a
+    busy machine, OpenMP threads that wait for each other can even make a 2-thread run many
+    times slower than a 1-thread one.
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
@@ -233,6 +261,23 @@ def train_model(
             model.train_seconds, model.from_cache = float(state["train_seconds"]), True
             return model
 
+    with cpu_threads(threads if device.type == "cpu" else None):
+        history, seconds = _train(model, config, corpus, device, progress)
+    if cache:
+        state = {
+            "key": key, "format_version": FORMAT_VERSION, "config": config.to_dict(),
+            "corpus_sha256": corpus.sha256, "history": history, "train_seconds": seconds,
+            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        }  # fmt: skip
+        _atomic_save(state, path)
+    model.train_config, model.history = config, history
+    model.train_seconds, model.from_cache = seconds, False
+    return model
+
+
+def _train(
+    model: TransformerLM, config: TrainConfig, corpus: Corpus, device: torch.device, progress: bool
+) -> tuple[list[float], float]:
     model.to(device).train()
     opt = make_optimizer(model, config)
     gen = torch.Generator().manual_seed(config.seed)
@@ -263,17 +308,7 @@ def train_model(
     if bar is not None:
         bar.close()
     model.eval()
-    seconds = time.perf_counter() - start
-    if cache:
-        state = {
-            "key": key, "format_version": FORMAT_VERSION, "config": config.to_dict(),
-            "corpus_sha256": corpus.sha256, "history": history, "train_seconds": seconds,
-            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        }  # fmt: skip
-        _atomic_save(state, path)
-    model.train_config, model.history = config, history
-    model.train_seconds, model.from_cache = seconds, False
-    return model
+    return history, time.perf_counter() - start
 
 
 def _progress_bar(config: TrainConfig, progress: bool):
@@ -311,8 +346,9 @@ def evaluate(
     lengths: Iterable[int],
     *,
     train_len: int | None = None,
-    num_tokens: int = 65536,
+    num_tokens: int = 32768,
     batch_tokens: int = 8192,
+    threads: int | None = 1,
 ) -> dict[int, EvalResult]:
     """Evaluate ``model`` on ``data`` (a 1-D byte tensor, e.g. ``corpus.val``) at each length.
 
@@ -320,7 +356,7 @@ def evaluate(
     over ``data`` (see :func:`~posenc.data.eval_chunks`); at each length they are cut into
     non-overlapping windows, so every length sees the same text. Windows are evaluated
     ``batch_tokens`` at a time under ``torch.no_grad()``. ``train_len`` defaults to
-    ``model.train_config.train_len``.
+    ``model.train_config.train_len``; ``threads`` as in :func:`train_model`.
     """
     lengths = [check_int("length", n, minimum=1) for n in lengths]
     if not lengths:
@@ -334,6 +370,11 @@ def evaluate(
     train_len = check_int("train_len", train_len, minimum=1)
     batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
     device = next(model.parameters()).device
+    with cpu_threads(threads if device.type == "cpu" else None):
+        return _evaluate(model, data, lengths, train_len, num_tokens, batch_tokens, block, device)
+
+
+def _evaluate(model, data, lengths, train_len, num_tokens, batch_tokens, block, device):
     was_training = model.training
     model.eval()
     out = {}
@@ -482,6 +523,62 @@ class Extrapolation:
         return "\n".join(rows)
 
 
+def _num_workers(workers: int | None, jobs: int, device: torch.device, threads: int | None) -> int:
+    if jobs < 2 or device.type != "cpu":
+        return 1
+    if workers is not None:
+        return min(check_int("workers", workers, minimum=1), jobs)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(jobs, cores // (threads or cores), 8))
+
+
+def _prepare_job(
+    config: dict, corpus: Corpus, device: str, eval_lens: list[int], num_tokens: int,
+    threads: int | None, cache_path: str,
+) -> tuple[float, bool]:
+    """In a worker process: train (or load) one model, evaluate it, cache both."""
+    set_cache_dir(cache_path)
+    cfg = TrainConfig(**config)
+    model = train_model(cfg, corpus=corpus, device=device, progress=False, threads=threads)
+    results = evaluate(model, corpus.val, eval_lens, num_tokens=num_tokens, threads=threads)
+    _save_evals(cfg, corpus, eval_lens, num_tokens, results, model.train_seconds)
+    return model.train_seconds, model.from_cache
+
+
+def _prepare_in_parallel(
+    todo: list[TrainConfig], workers: int, *, corpus: Corpus, device: torch.device,
+    eval_lens: list[int], num_tokens: int, threads: int | None, progress: bool, log,
+) -> set[tuple[str, int]]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    done = set()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=f"training {len(todo)} models in {workers} processes", unit="model")
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {
+            pool.submit(_prepare_job, cfg.to_dict(), corpus, str(device), eval_lens, num_tokens,
+                        threads, str(cache_dir())): cfg
+            for cfg in todo
+        }
+        for future in as_completed(futures):
+            cfg = futures[future]
+            seconds, from_cache = future.result()
+            done.add((cfg.scheme, cfg.seed))
+            if bar is not None:
+                bar.update(1)
+            if log is not None:
+                how = "loaded from cache" if from_cache else f"trained in {seconds:.0f} s"
+                log(f"{cfg.scheme:>10} seed {cfg.seed}: {how}")
+    if bar is not None:
+        bar.close()
+    return done
+
+
 def run_extrapolation(
     schemes: Sequence[str] = DEFAULT_SCHEMES,
     *,
@@ -494,8 +591,10 @@ def run_extrapolation(
     corpus: Corpus | None = None,
     progress: bool = True,
     cache: bool = True,
-    num_tokens: int = 65536,
+    num_tokens: int = 32768,
     keep_models: bool = False,
+    threads: int | None = 1,
+    workers: int | None = 1,
     log=None,
 ) -> Extrapolation:
     """Train every scheme (per seed) on ``train_len`` bytes and evaluate at ``eval_lens``.
@@ -503,7 +602,14 @@ def run_extrapolation(
     ``base`` gives every setting but the scheme and seed (default :class:`TrainConfig`());
     ``train_len`` and ``steps`` override it. ``eval_lens`` defaults to 1, 2, 4 and 16 times
     ``train_len``; the learned table gets ``max(16 * train_len, max(eval_lens))`` rows.
-    ``log``, if given, is called with one line per trained model.
+    ``log``, if given, is called with one line per trained model; ``threads`` as in
+    :func:`train_model`. Evaluations are cached next to the weights.
+
+    ``workers`` > 1 trains and evaluates the models that are not cached yet in that many
+    processes at once (CPU only, with the cache on; ``None``: one per CPU core, at most 8).
+    Each process uses ``threads`` threads, so the results equal a sequential run's. The
+    processes are started with ``spawn``: a script that calls this with several workers needs
+    the usual ``if __name__ == "__main__":`` guard (notebooks need nothing).
     """
     base = TrainConfig() if base is None else base
     changes = {}
@@ -529,6 +635,19 @@ def run_extrapolation(
         raise ValueError(
             f"eval length {max(eval_lens)} needs more than the {corpus.val.numel()} validation bytes"
         )
+    device = _resolve_device(device)
+    logged: set[tuple[str, int]] = set()
+    if cache:
+        todo = [
+            replace(base, scheme=s, seed=seed) for s in schemes for seed in seeds
+            if _load_evals(replace(base, scheme=s, seed=seed), corpus, eval_lens, num_tokens) is None
+        ]
+        n = _num_workers(workers, len(todo), device, threads)
+        if n > 1:
+            logged = _prepare_in_parallel(
+                todo, n, corpus=corpus, device=device, eval_lens=eval_lens, num_tokens=num_tokens,
+                threads=threads, progress=progress, log=log,
+            )
     evals: dict = {}
     seconds: dict = {}
     models: dict = {}
@@ -539,16 +658,19 @@ def run_extrapolation(
             found = _load_evals(cfg, corpus, eval_lens, num_tokens) if cache else None
             model = None
             if found is None or keep_models:
-                model = train_model(cfg, corpus=corpus, device=device, progress=progress, cache=cache)
+                model = train_model(
+                    cfg, corpus=corpus, device=device, progress=progress, cache=cache, threads=threads
+                )
             if found is None:
-                found = evaluate(model, corpus.val, eval_lens, num_tokens=num_tokens), model.train_seconds
+                results = evaluate(model, corpus.val, eval_lens, num_tokens=num_tokens, threads=threads)
+                found = results, model.train_seconds
                 if cache:
                     _save_evals(cfg, corpus, eval_lens, num_tokens, *found)
                 how = "loaded from cache" if model.from_cache else f"trained in {model.train_seconds:.0f} s"
             else:
                 how = "loaded from cache"
             evals[scheme][seed], seconds[scheme][seed] = found
-            if log is not None:
+            if log is not None and (scheme, seed) not in logged:
                 log(f"{scheme:>10} seed {seed}: {how}")
             if keep_models:
                 models[scheme][seed] = model

@@ -60,7 +60,7 @@ def test_tiny_run_writes_json_and_plot(tmp_path, capsys):
     out, fig = tmp_path / "results.json", tmp_path / "figure.png"
     argv = ["extrapolate", "--schemes", "alibi,sinusoidal", "--train-len", "8", "--eval-lens",
             "8,24", "--steps", "2", "--seeds", "0", "--device", "cpu", "--eval-tokens", "48",
-            "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--out", str(out)]
+            "--workers", "1", "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--out", str(out)]
     pytest.importorskip("matplotlib")
     assert main([*argv, "--plot", str(fig)]) == 0
     text = capsys.readouterr().out

@@ -84,7 +84,8 @@ def test_cache_key_is_the_full_config():
     sha = "0" * 64
     key = TINY.key(sha)
     for change in ({"steps": 41}, {"lr": 0.02}, {"seed": 1}, {"train_len": 32}, {"dim": 64},
-                   {"scheme": "alibi"}, {"batch_size": 4}, {"weight_decay": 0.0}):
+                   {"scheme": "alibi"}, {"batch_size": 4}, {"weight_decay": 0.0},
+                   {"scheme_options": {"base": 100.0}}):
         assert replace(TINY, **change).key(sha) != key, change
     assert TINY.key("1" * 64) != key
     # the learned table's size matters only to the learned scheme
@@ -92,6 +93,9 @@ def test_cache_key_is_the_full_config():
     learned = replace(TINY, scheme="learned")
     assert replace(learned, max_len=999).key(sha) != learned.key(sha)
     assert replace(TINY, scheme="learned").model_config().max_len == 16 * TINY.train_len
+    sin = replace(TINY, scheme="sinusoidal", scheme_options={"scale": True})
+    assert sin.model_config().scheme_kwargs == {"scale": True}
+    assert replace(TINY, scheme="t5").model_config().scheme_kwargs == {"max_distance": 17}
 
 
 def test_cache_dir_setting_and_environment(monkeypatch, tmp_path):
@@ -166,3 +170,20 @@ def test_run_extrapolation_json_shape(cache, corpus):
         run_extrapolation(["alibi", "bogus"], base=TINY, progress=False)
     with pytest.raises(ValueError, match="validation bytes"):
         run_extrapolation(["alibi"], base=TINY, eval_lens=[10**9], progress=False, corpus=corpus)
+
+
+def test_parallel_workers_equal_a_sequential_run(tmp_path, monkeypatch, corpus):
+    monkeypatch.delenv("POSENC_CACHE", raising=False)
+    kwargs = {"base": replace(TINY, steps=4), "eval_lens": [16, 32], "progress": False,
+              "num_tokens": 320, "corpus": corpus}
+    set_cache_dir(tmp_path / "one")
+    try:
+        one = run_extrapolation(["alibi", "sinusoidal"], workers=1, **kwargs)
+        set_cache_dir(tmp_path / "two")
+        lines = []
+        two = run_extrapolation(["alibi", "sinusoidal"], workers=2, log=lines.append, **kwargs)
+    finally:
+        set_cache_dir(None)
+    assert two.to_json() == one.to_json()
+    assert sorted(line.split()[0] for line in lines) == ["alibi", "sinusoidal"]
+    assert len(list((tmp_path / "two").glob("lm-*.pt"))) == 2
