@@ -400,9 +400,14 @@ def passkey_grid(
     *,
     num: int = 16,
     seed: int = 0,
+    threads: int | None = 1,
 ) -> Tensor:
     """Passkey digit accuracy ``[len(depths), len(lengths)]`` (float, in ``[0, 1]``), ``num``
-    examples per cell with the needle at each depth (0: start of the filler, 1: its end)."""
+    examples per cell with the needle at each depth (0: start of the filler, 1: its end).
+
+    Depth ``i`` uses the examples of seed ``seed + i`` at every length. ``threads``: CPU threads
+    (``None``: torch's setting); one is often faster for a model this small, and never slower
+    by much."""
     lengths = [check_int("length", n, minimum=passkey_min_length()) for n in lengths]
     depths = [check_float("depth", d, minimum=0.0) for d in depths]
     if any(d > 1 for d in depths):
@@ -410,7 +415,9 @@ def passkey_grid(
     if not lengths or not depths:
         raise ValueError("lengths and depths must each hold at least one value")
     out = torch.zeros(len(depths), len(lengths))
-    for j, n in enumerate(lengths):
-        for i, d in enumerate(depths):
-            out[i, j] = passkey_accuracy(model, n, num=num, seed=seed + i, depth=d)
+    cpu = next(model.parameters()).device.type == "cpu"
+    with _cpu_threads(threads if cpu else None):
+        for j, n in enumerate(lengths):
+            for i, d in enumerate(depths):
+                out[i, j] = passkey_accuracy(model, n, num=num, seed=seed + i, depth=d)
     return out
