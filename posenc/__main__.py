@@ -125,19 +125,26 @@ def _plot(ex, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import torch
 
     train_len = ex.config["train_len"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     longest = max(ex.lengths)
+    # per-position losses averaged over bins that widen with the position (readable on a log axis)
+    edges = sorted(set(torch.logspace(0, torch.log10(torch.tensor(float(longest))), 32)
+                       .round().long().tolist()) | {0, longest})
+    centres = [(lo + hi + 1) / 2 for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
     for s in ex.schemes:
         a.plot(ex.lengths, [ex.mean(s, n) for n in ex.lengths], marker="o", label=s)
-        b.plot(ex.per_position(s, longest).numpy(), lw=1, label=s)
+        per_pos = ex.per_position(s, longest)
+        b.plot(centres, [per_pos[lo:hi].mean().item() for lo, hi in zip(edges[:-1], edges[1:], strict=True)],
+               lw=1.5, label=s)
     a.set(xscale="log", xlabel="evaluation length (bytes)", ylabel="mean loss (nats/byte)",
           title=f"Trained on {train_len} bytes, evaluated longer")
     a.set_xticks(ex.lengths, [str(n) for n in ex.lengths])
     a.axvline(train_len, color="grey", ls=":")
     b.axvline(train_len, color="grey", ls=":", label="training length")
-    b.set(xscale="log", xlabel="position", ylabel="loss (nats/byte)",
+    b.set(xscale="log", xlabel="position (+1)", ylabel="loss (nats/byte)",
           title=f"Loss at each position, length {longest}")
     for ax in (a, b):
         ax.grid(alpha=0.3)

@@ -386,7 +386,7 @@ def _evaluate(model, data, lengths, train_len, num_tokens, batch_tokens, block, 
             xb, yb = x[i : i + step].to(device), y[i : i + step].to(device)
             logits = model(xb).float()  # [b, L, V]
             loss = F.cross_entropy(logits.transpose(1, 2), yb, reduction="none")  # [b, L]
-            total += loss.sum(0).double().cpu()
+            total += loss.sum(0).cpu().double()  # (MPS has no float64)
         per_pos = (total / x.shape[0]).float()  # [L]
         tail = per_pos[train_len:]
         out[length] = EvalResult(
