@@ -58,9 +58,10 @@ def is_validation(module: str) -> bool:
     return int(hashlib.sha256(module.encode()).hexdigest(), 16) % VAL_BUCKETS == 0
 
 
-def stdlib_path(module: str, root: str | Path | None = None) -> Path:
-    """The source file of a standard-library ``module`` (``a.b`` -> ``a/b.py`` or
-    ``a/b/__init__.py``), under ``root`` (default: this Python's ``stdlib`` directory)."""
+def stdlib_path(module: str, root=None):
+    """The source file (a ``pathlib.Path``) of a standard-library ``module`` (``a.b`` ->
+    ``a/b.py`` or ``a/b/__init__.py``), under ``root`` (a path or string; default: this
+    Python's ``stdlib`` directory)."""
     root = Path(sysconfig.get_paths()["stdlib"] if root is None else root)
     rel = Path(*module.split("."))
     for path in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
@@ -110,9 +111,12 @@ _CORPUS_CACHE: dict[tuple, Corpus] = {}
 
 
 def load_corpus(
-    modules: tuple[str, ...] | list[str] | None = None, *, root: str | Path | None = None
+    modules: tuple[str, ...] | list[str] | None = None, *, root=None
 ) -> Corpus:
-    """Read the standard-library corpus (``STDLIB_MODULES`` by default); cached per process."""
+    """Read the standard-library corpus (``STDLIB_MODULES`` by default); cached per process.
+
+    ``root`` (a path or string) replaces this Python's ``stdlib`` directory, e.g. for tests.
+    """
     import platform
 
     modules = tuple(sorted(STDLIB_MODULES if modules is None else modules))

@@ -44,15 +44,16 @@ FORMAT_VERSION = 1  # bump when a change to posenc makes cached weights stale
 _cache_dir: Path | None = None
 
 
-def set_cache_dir(path: str | os.PathLike | None) -> None:
-    """Use ``path`` for trained weights from now on (``None``: back to the default)."""
+def set_cache_dir(path) -> None:
+    """Use ``path`` (a string or path) for trained weights from now on (``None``: back to the
+    default)."""
     global _cache_dir
     _cache_dir = None if path is None else Path(path).expanduser()
 
 
-def cache_dir() -> Path:
-    """Where trained weights live: :func:`set_cache_dir`, else ``$POSENC_CACHE``, else
-    ``~/.cache/posenc``."""
+def cache_dir():
+    """Where trained weights live (a ``pathlib.Path``): :func:`set_cache_dir`, else
+    ``$POSENC_CACHE``, else ``~/.cache/posenc``."""
     if _cache_dir is not None:
         return _cache_dir
     env = os.environ.get("POSENC_CACHE")
@@ -151,7 +152,8 @@ class TrainConfig:
         }  # fmt: skip
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
 
-    def cache_path(self, corpus_sha256: str) -> Path:
+    def cache_path(self, corpus_sha256: str):
+        """The file (a ``pathlib.Path``) that holds this model's weights for that corpus."""
         return cache_dir() / f"lm-{self.scheme}-{self.key(corpus_sha256)[:24]}.pt"
 
 
@@ -599,7 +601,7 @@ def run_extrapolation(
 ) -> Extrapolation:
     """Train every scheme (per seed) on ``train_len`` bytes and evaluate at ``eval_lens``.
 
-    ``base`` gives every setting but the scheme and seed (default :class:`TrainConfig`());
+    ``base`` gives every setting but the scheme and seed (default: ``TrainConfig()``);
     ``train_len`` and ``steps`` override it. ``eval_lens`` defaults to 1, 2, 4 and 16 times
     ``train_len``; the learned table gets ``max(16 * train_len, max(eval_lens))`` rows.
     ``log``, if given, is called with one line per trained model; ``threads`` as in
