@@ -601,8 +601,8 @@ def run_extrapolation(
 ) -> Extrapolation:
     """Train every scheme (per seed) on ``train_len`` bytes and evaluate at ``eval_lens``.
 
-    ``base`` gives every setting but the scheme and seed (default: ``TrainConfig()``);
-    ``train_len`` and ``steps`` override it. ``eval_lens`` defaults to 1, 2, 4 and 16 times
+    ``base`` gives every setting but the scheme and seed; without it ``TrainConfig()`` is
+    used. ``train_len`` and ``steps`` override it. ``eval_lens`` defaults to 1, 2, 4 and 16 times
     ``train_len``; the learned table gets ``max(16 * train_len, max(eval_lens))`` rows.
     ``log``, if given, is called with one line per trained model; ``threads`` as in
     :func:`train_model`. Evaluations are cached next to the weights.
