@@ -18,13 +18,9 @@ import hashlib
 import io
 import json
 import math
-import os
-import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +33,7 @@ from .model import TransformerLM
 from .rope import RotaryEmbedding
 from .rope_scaling import ROPE_TYPES
 from .schemes import RoPE
-from .train import cache_dir, passkey_accuracy
+from .train import _atomic_save, cache_dir, cpu_threads, passkey_accuracy
 
 FORMAT_VERSION = 1  # bump when a change makes cached fine-tuned weights stale
 
@@ -179,18 +175,6 @@ class FineTuneConfig:
         return lo + 0.5 * (self.lr - lo) * (1 + math.cos(math.pi * t))
 
 
-def _atomic_save(obj: object, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _fingerprint(model: TransformerLM) -> str:
     """SHA-256 of the weights, the model config and every RoPE scaling inside the model."""
     h = hashlib.sha256()
@@ -328,7 +312,7 @@ def fine_tune(
             new.train_seconds, new.from_cache = float(state["train_seconds"]), True
             return new
 
-    with _cpu_threads(threads if device.type == "cpu" else None):
+    with cpu_threads(threads if device.type == "cpu" else None):
         history, seconds = _fine_tune(new, cfg, data, device, progress)
     if cache:
         _atomic_save(
@@ -342,19 +326,6 @@ def fine_tune(
     new.fine_tune_config, new.history = cfg, history
     new.train_seconds, new.from_cache = seconds, False
     return new
-
-
-@contextmanager
-def _cpu_threads(n: int | None) -> Iterator[None]:
-    if n is None:
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(check_int("threads", n, minimum=1))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _fine_tune(
@@ -416,7 +387,7 @@ def passkey_grid(
         raise ValueError("lengths and depths must each hold at least one value")
     out = torch.zeros(len(depths), len(lengths))
     cpu = next(model.parameters()).device.type == "cpu"
-    with _cpu_threads(threads if cpu else None):
+    with cpu_threads(threads if cpu else None):
         for j, n in enumerate(lengths):
             for i, d in enumerate(depths):
                 out[i, j] = passkey_accuracy(model, n, num=num, seed=seed + i, depth=d)
