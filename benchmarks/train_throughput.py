@@ -1,6 +1,6 @@
 """Training throughput per position scheme: the same model, only the scheme changes.
 
-    python benchmarks/train_throughput.py [--steps 5] [--repeats 5] [--threads 2]
+    python benchmarks/train_throughput.py [--steps 5] [--repeats 5] [--threads 1]
 
 The model is chapter 6's default (``posenc.train.TrainConfig()``: dim 64, 2 layers, 4 heads,
 batch 32 x 64 bytes). One "call" is ``--steps`` full training steps (forward, backward, clip,
@@ -27,7 +27,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5, help="training steps per timed call")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads (default 1, as posenc.train trains)")
     ap.add_argument("--eval-factor", type=int, default=16, help="evaluation length / train length")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
