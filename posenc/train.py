@@ -256,8 +256,8 @@ def train_model(
             if state.get("key") != key:
                 raise ValueError("cache key mismatch")
             model.load_state_dict(state["model"])
-        except Exception:  # a stale or damaged file: train again and overwrite it
-            pass
+        except Exception:  # a stale or damaged file: train again (from scratch) and overwrite it
+            model = build_model(config)
         else:
             model.to(device).eval()
             model.train_config, model.history = config, list(state["history"])
