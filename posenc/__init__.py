@@ -44,7 +44,7 @@ from .sinusoidal import SinusoidalPositionalEmbedding, sinusoidal_table
 from .t5 import T5RelativeBias, t5_relative_bucket
 from .train import TrainConfig, evaluate, run_extrapolation, train_model
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Corpus",

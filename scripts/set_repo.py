@@ -4,7 +4,9 @@
 The book's repository address is written down once, as ``repository.url`` in ``_config.yml``
 (for example ``https://github.com/posenc-book/posenc-book``). This script copies it into
 
-* the ``REPO = "..."`` line of the Colab bootstrap cell of every ``book/**/*.ipynb``;
+* the Colab bootstrap cell of every ``book/**/*.ipynb``: the first code cell, rewritten whole
+  from :func:`bootstrap_source` (repository URL and the release tag ``v<version>`` from
+  ``pyproject.toml``), tagged ``remove-cell`` so the HTML never shows it;
 * ``README.md`` and the Markdown pages of the book (``book/**/*.md``): links to the repository
   (``https://github.com/<owner>/<repo>``, also inside ``git+https://...`` and Colab/raw links)
   and to the published site (``https://<owner>.github.io/<repo>/``).
@@ -17,14 +19,16 @@ Usage::
 
 The addresses to replace in Markdown files are the ones the notebooks currently carry (plus any
 ``--from``), so the usual workflow is: edit ``_config.yml``, run this script once.
-Notebooks are edited as text (only the ``REPO`` line changes), so their JSON layout is kept.
+Notebooks are rewritten with ``nbformat``-style JSON (indent 1, as Jupyter writes them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -32,9 +36,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 # The bootstrap line as it appears inside a notebook's JSON text: "REPO = \"https://...\"...
-_NB_REPO = re.compile(r'("REPO = \\")([^"\\]*)(\\")')
+_NB_REPO = re.compile(r'(REPO(?:, REF)? = \\")([^"\\]*)(\\")')
 # The same line as Python source (what a cell's source joins to).
-SOURCE_REPO = re.compile(r'^REPO = "([^"]*)"', re.MULTILINE)
+SOURCE_REPO = re.compile(r'^REPO(?:, REF)? = "([^"]*)"', re.MULTILINE)
 _GITHUB = re.compile(r"^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 
@@ -76,6 +80,52 @@ def markdown_files(root: Path = ROOT) -> list[Path]:
     return ([readme] if readme.exists() else []) + pages
 
 
+def package_version(root: Path = ROOT) -> str:
+    """``project.version`` from ``pyproject.toml``."""
+    with open(root / "pyproject.toml", "rb") as f:
+        return str(tomllib.load(f)["project"]["version"])
+
+
+def bootstrap_source(url: str, version: str) -> str:
+    """The one Colab bootstrap cell, identical in every notebook: it installs the release tagged
+    ``v<version>`` in Colab and does nothing anywhere else (nbval and the site build run it)."""
+    return (
+        "# Colab bootstrap (written by scripts/set_repo.py): installs posenc in Colab only.\n"
+        "import subprocess, sys  # noqa: E401\n"
+        "\n"
+        f'REPO, REF = "{url}", "v{version}"\n'
+        'if "google.colab" in sys.modules:\n'
+        "    subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\",\n"
+        '                    f"posenc[plot] @ git+{REPO}@{REF}"], check=True)'
+    )
+
+
+def bootstrap_cell(url: str, version: str) -> dict:
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "metadata": {"tags": ["remove-cell"]},
+        "outputs": [],
+        "source": bootstrap_source(url, version).splitlines(keepends=True),
+    }
+
+
+def rewrite_bootstrap(text: str, url: str, version: str) -> str:
+    """Replace the first code cell of a notebook (JSON text) by the canonical bootstrap."""
+    nb = json.loads(text)
+    cell = bootstrap_cell(url, version)
+    for i, c in enumerate(nb["cells"]):
+        if c["cell_type"] == "code":
+            if "REPO" in "".join(c["source"]):
+                if "id" in c:
+                    cell = {"id": c["id"], **cell}
+                nb["cells"][i] = cell
+            else:  # no bootstrap yet: insert one before the first code cell
+                nb["cells"].insert(i, cell)
+            break
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
 def notebook_repos(path: Path) -> list[str]:
     """Every ``REPO = "..."`` value in a notebook (as stored: JSON-escaped text)."""
     return [m.group(2) for m in _NB_REPO.finditer(path.read_text(encoding="utf-8"))]
@@ -113,12 +163,13 @@ def rewrite_markdown(text: str, old_urls: set[str], url: str) -> str:
 def plan(root: Path = ROOT, extra_old: tuple[str, ...] = ()) -> dict[Path, str]:
     """Return ``{path: new_text}`` for every file whose text would change."""
     url = config_url(root)
+    version = package_version(root)
     changes: dict[Path, str] = {}
     old_urls = {u.rstrip("/") for u in extra_old}
     for nb in notebooks(root):
         old_urls.update(u.rstrip("/") for u in notebook_repos(nb))
         text = nb.read_text(encoding="utf-8")
-        new = rewrite_notebook(text, url)
+        new = rewrite_bootstrap(text, url, version)
         if new != text:
             changes[nb] = new
     old_urls.discard(url)

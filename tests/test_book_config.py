@@ -23,7 +23,7 @@ BOOK = ROOT / "book"
 NOTEBOOKS = sorted(p for p in BOOK.glob("*.ipynb"))
 CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
 BIB_KEY = re.compile(r"^@\s*[A-Za-z]+\s*\{\s*([^,\s]+)\s*,", re.MULTILINE)
-REPO_LINE = re.compile(r'^REPO = "([^"]*)"', re.MULTILINE)
+REPO_LINE = re.compile(r'^REPO(?:, REF)? = "([^"]*)"', re.MULTILINE)
 
 
 def _config() -> dict:
@@ -96,6 +96,18 @@ def test_bootstrap_repo_matches_config(path: Path):
     assert "google.colab" in first, f"{path.name}: the bootstrap must only install in Colab"
     for cell in cells[1:]:
         assert not REPO_LINE.search(_source(cell)), f"{path.name}: REPO set outside the bootstrap"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_bootstrap_is_the_canonical_cell(path: Path):
+    """One identical bootstrap everywhere, pinned to this version's tag, hidden from the HTML."""
+    set_repo = _set_repo()
+    url, version = set_repo.config_url(ROOT), set_repo.package_version(ROOT)
+    first = next(c for c in _load(path)["cells"] if c["cell_type"] == "code")
+    assert _source(first) == set_repo.bootstrap_source(url, version), (
+        f"{path.name}: the bootstrap differs from scripts/set_repo.py's; run it"
+    )
+    assert "remove-cell" in first["metadata"].get("tags", []), f"{path.name}: bootstrap not removed"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -180,6 +192,7 @@ def test_set_repo_rewrites(tmp_path: Path):
     (tmp_path / "_config.yml").write_text(
         "repository:\n  url: https://github.com/new-owner/new-book\n", encoding="utf-8"
     )
+    (tmp_path / "pyproject.toml").write_text('[project]\nversion = "9.8.7"\n', encoding="utf-8")
     nb = {
         "cells": [
             {
@@ -209,6 +222,8 @@ def test_set_repo_rewrites(tmp_path: Path):
     assert module.main(["--root", str(tmp_path), "--check"]) == 0
     source = _source(_load(tmp_path / "book" / "x.ipynb")["cells"][0])
     assert REPO_LINE.findall(source) == ["https://github.com/new-owner/new-book"]
+    assert '"v9.8.7"' in source and "remove-cell" in _load(tmp_path / "book" / "x.ipynb")["cells"][0][
+        "metadata"]["tags"]
     readme = (tmp_path / "README.md").read_text(encoding="utf-8")
     assert "git+https://github.com/new-owner/new-book'" in readme
     assert "https://new-owner.github.io/new-book/" in readme
