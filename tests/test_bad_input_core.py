@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (one wrong call per line reads best as a table, as in test_bad_input.py)
 """Wrong calls to the small library modules: each raises the right exception, naming the argument
 (issue 9 section 2). One row per wrong call, at least three per public name."""
 
