@@ -76,3 +76,78 @@ def check_dtype(name: str, value: object) -> torch.dtype | None:
     if not isinstance(value, torch.dtype) or not value.is_floating_point:
         raise TypeError(f"{name} must be None or a floating torch.dtype, got {value!r}")
     return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a ``bool``: a string such as ``"false"`` is truthy in Python and
+    an int is ambiguous, so both are errors here."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be a bool (True or False), got {value!r} ({type(value).__name__})"
+        )
+    return value
+
+
+_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "meta")
+
+
+def check_device(name: str, value: object, *, available: bool = False) -> torch.device | None:
+    """Return ``value`` (None, a device string or a ``torch.device``) as a ``torch.device``.
+
+    ``available=True`` also checks that a ``cuda``/``mps``/``xpu`` device exists on this machine.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            device = torch.device(value)
+        except RuntimeError:
+            raise ValueError(
+                f"{name} must be a device such as 'cpu', 'cuda', 'cuda:1' or 'mps' "
+                f"(types: {', '.join(_DEVICE_TYPES)}), got {value!r}"
+            ) from None
+    elif isinstance(value, torch.device):
+        device = value
+    else:
+        raise TypeError(
+            f"{name} must be None, a str or a torch.device, got {value!r} ({type(value).__name__})"
+        )
+    if available and device.type in ("cuda", "mps", "xpu"):
+        backend = torch.backends.mps if device.type == "mps" else getattr(torch, device.type, None)
+        ok = backend is not None and backend.is_available()
+        count = 1 if device.type == "mps" else (backend.device_count() if ok else 0)
+        if not ok or (device.index is not None and device.index >= count):
+            raise ValueError(
+                f"{name}={value!r} is not available on this machine ({device.type} devices: "
+                f"{count if ok else 0}); use None to pick the best available device, or 'cpu'"
+            )
+    return device
+
+
+def check_base(name: str, value: object) -> float:
+    """A frequency base: finite and > 1 (``base ** (-2i/d)`` must shrink with ``i``)."""
+    value = check_float(name, value)
+    if value <= 1.0:
+        raise ValueError(f"{name} must be > 1, got {value}")
+    return value
+
+
+def check_embed_positions(x: Tensor, offset: object, positions: object) -> Tensor:
+    """The positions of ``x [B, L, D]``: ``offset + arange(L)``, or ``positions [L]`` / ``[B, L]``
+    (``B`` may be 1), non-negative integers on ``x``'s device. Giving both is an error."""
+    offset = check_int("offset", offset, minimum=0)
+    B, L = x.shape[0], x.shape[1]
+    if positions is None:
+        return torch.arange(offset, offset + L, device=x.device)  # [L]
+    if offset:
+        raise ValueError(
+            f"give positions or offset, not both: offset={offset} would be ignored "
+            f"(add it to positions instead)"
+        )
+    positions = check_positions("positions", positions)
+    if positions.shape[-1] != L or (positions.dim() == 2 and positions.shape[0] not in (1, B)):
+        raise ValueError(
+            f"positions must have shape [{L}] or [{B}, {L}] to match x of shape {tuple(x.shape)}, "
+            f"got {tuple(positions.shape)}"
+        )
+    return positions.to(x.device)

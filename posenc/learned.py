@@ -10,25 +10,27 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_int, check_tensor
+from ._checks import check_embed_positions, check_float, check_int, check_tensor
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """``x [B, L, D] + E[offset : offset + L]`` with a trainable table ``E [max_len, D]``."""
+    """``x [B, L, D] + E[offset : offset + L]`` with a trainable table ``E [max_len, D]``.
+
+    ``positions [L]`` or ``[B, L]`` (non-negative integers) replace ``offset`` (not both).
+    """
 
     def __init__(self, max_len: int, dim: int, *, init_std: float = 0.02) -> None:
         super().__init__()
         self.max_len = check_int("max_len", max_len, minimum=1)
         self.dim = check_int("dim", dim, minimum=1)
+        init_std = check_float("init_std", init_std, minimum=0.0)
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)  # [max_len, D]
 
     def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
         check_tensor("x", x, floating=True)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape [B, L, {self.dim}], got {tuple(x.shape)}")
-        offset = check_int("offset", offset, minimum=0)
-        if positions is None:
-            positions = torch.arange(offset, offset + x.shape[1], device=x.device)  # [L]
+        positions = check_embed_positions(x, offset, positions)  # [L] or [B, L]
         last = int(positions.max()) if positions.numel() else -1
         if last >= self.max_len:
             raise ValueError(

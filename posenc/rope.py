@@ -302,3 +302,16 @@ class RotaryEmbedding(nn.Module):
             f"interleaved={self.interleaved}, rope_type={self.rope_type!r}, "
             f"attention_factor={self.attention_factor}"
         )
+
+    @classmethod
+    def from_hf_config(
+        cls, config: object, *, layer_type: str | None = None, interleaved: bool | None = None
+    ) -> RotaryEmbedding:
+        """The rotary embedding of a Hugging Face model: ``config`` is its ``PretrainedConfig``
+        or ``config.json`` dict. ``rope_theta``, ``rope_parameters``/``rope_scaling``, the
+        lengths, ``partial_rotary_factor``, ``head_dim`` and the layout are read as
+        ``posenc.hf.rotary_kwargs_from_hf_config`` documents."""
+        from .hf import rotary_kwargs_from_hf_config
+
+        kwargs = rotary_kwargs_from_hf_config(config, layer_type=layer_type, interleaved=interleaved)
+        return cls(**kwargs)

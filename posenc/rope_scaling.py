@@ -35,15 +35,27 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ._checks import check_float, check_int
+from ._checks import check_base, check_float, check_int
 
 ROPE_TYPES = ("default", "linear", "dynamic", "ntk", "yarn", "llama3", "longrope")
-_KEYS = frozenset({
-    "rope_type", "type", "rope_theta", "factor", "partial_rotary_factor",
-    "original_max_position_embeddings", "max_position_embeddings",
-    "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate",
-    "low_freq_factor", "high_freq_factor", "short_factor", "long_factor",
-})  # fmt: skip
+_COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+ROPE_KEYS: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "linear": ("factor",),
+    "ntk": ("factor",),
+    "dynamic": ("factor", "max_position_embeddings", "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings", "max_position_embeddings",
+             "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"),
+    "llama3": ("factor", "original_max_position_embeddings", "max_position_embeddings",
+               "low_freq_factor", "high_freq_factor"),
+    "longrope": ("short_factor", "long_factor", "factor", "attention_factor",
+                 "original_max_position_embeddings", "max_position_embeddings"),
+}  # fmt: skip
+"""The keys ``scaling`` may hold for each rope type, besides ``rope_type``, ``type`` (its legacy
+name), ``rope_theta`` (must equal ``base``) and ``partial_rotary_factor``. These are the required
+and optional keys of transformers' ``RotaryEmbeddingConfigMixin._validate_<type>_rope_parameters``
+(5.x), plus the lengths HF reads from the model config (``max_position_embeddings``; for
+``dynamic``, ``original_max_position_embeddings`` as its alias). Any other key is an error."""
 
 
 class RopeWavelengths(NamedTuple):
@@ -61,14 +73,13 @@ def rope_inv_freq(
     """Inverse frequencies in float32 and the attention factor that multiplies cos and sin.
 
     ``scaling`` is a Hugging Face ``rope_parameters`` dict (``rope_type`` or legacy ``type``),
-    plus ``max_position_embeddings``, which HF keeps on the model config. ``seq_len`` (the
+    plus ``max_position_embeddings``, which HF keeps on the model config. A key the rope type
+    does not use (see ``ROPE_KEYS``), or a misspelled one, is a ``ValueError``. ``seq_len`` (the
     current sequence length) matters for ``dynamic`` and ``longrope`` only; ``None`` means the
     original length, as in HF. Returns ``(inv_freq [rotary_dim // 2], attention_factor)``.
     """
     head_dim = check_int("head_dim", head_dim, minimum=2)
-    base = check_float("base", base, positive=True)
-    if base <= 1.0:
-        raise ValueError(f"base must be > 1, got {base}")
+    base = check_base("base", base)
     if seq_len is not None:
         seq_len = check_int("seq_len", seq_len, minimum=1)
     if scaling is not None and not isinstance(scaling, Mapping):
@@ -77,11 +88,12 @@ def rope_inv_freq(
         )
     s = dict(scaling or {})
     rope_type = _rope_type(s)
-    unknown = sorted(str(k) for k in set(s) - _KEYS)
+    allowed = (*_COMMON_KEYS, *ROPE_KEYS[rope_type])
+    unknown = sorted(repr(k) for k in s if k not in allowed)
     if unknown:
         raise ValueError(
-            f"scaling has unknown key(s) {unknown} for rope_type {rope_type!r}; "
-            f"known keys: {sorted(_KEYS)}"
+            f"scaling has unknown key(s) {', '.join(unknown)} for rope_type {rope_type!r}; "
+            f"allowed keys for {rope_type!r}: {', '.join(allowed)}"
         )
     theta = s.get("rope_theta")
     if theta is not None and check_float("scaling['rope_theta']", theta) != base:

@@ -15,7 +15,16 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_dtype, check_float, check_int, check_tensor
+from ._checks import (
+    check_base,
+    check_bool,
+    check_device,
+    check_dtype,
+    check_embed_positions,
+    check_float,
+    check_int,
+    check_tensor,
+)
 
 
 def sinusoidal_table(
@@ -31,12 +40,15 @@ def sinusoidal_table(
     """The table ``PE[offset : offset + num_positions]``, shape ``[num_positions, dim]``.
 
     Angles are computed in float32 (float64 for a float64 ``dtype``) and cast at the end.
+    ``base`` must be > 1; ``interleaved`` must be a bool (a string like ``"false"`` is an error).
     """
     num_positions = check_int("num_positions", num_positions, minimum=0)
     dim = check_int("dim", dim, minimum=1)
     offset = check_int("offset", offset, minimum=0)
-    base = check_float("base", base, positive=True)
+    base = check_base("base", base)
+    interleaved = check_bool("interleaved", interleaved)
     dtype = check_dtype("dtype", dtype)
+    device = check_device("device", device)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     half = (dim + 1) // 2  # number of frequencies; the cos block is dim // 2 wide
     inv_freq = base ** (-torch.arange(0, 2 * half, 2, device=device, dtype=work) / dim)  # [half]
@@ -57,7 +69,8 @@ class SinusoidalPositionalEmbedding(nn.Module):
 
     ``scale=True`` multiplies ``x`` by ``sqrt(D)`` first, as the paper does with its embeddings.
     With ``max_len=None`` the cached table grows on demand; with a ``max_len`` a longer sequence
-    raises a ``ValueError``. ``offset`` (or explicit ``positions``) serves cached decoding.
+    raises a ``ValueError``. ``offset`` or explicit ``positions [L]`` / ``[B, L]`` (non-negative
+    integers; not both) serve cached decoding and left padding.
     """
 
     def __init__(
@@ -73,13 +86,13 @@ class SinusoidalPositionalEmbedding(nn.Module):
         super().__init__()
         self.dim = check_int("dim", dim, minimum=1)
         self.max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
-        self.base = check_float("base", base, positive=True)
-        self.interleaved = bool(interleaved)
+        self.base = check_base("base", base)
+        self.interleaved = check_bool("interleaved", interleaved)
         dropout = check_float("dropout", dropout, minimum=0.0)
         if dropout >= 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.dropout = nn.Dropout(dropout)
-        self.scale = math.sqrt(dim) if scale else 1.0
+        self.scale = math.sqrt(dim) if check_bool("scale", scale) else 1.0
         self.register_buffer("table", self._table(max_len or 512), persistent=False)
 
     def _table(self, n: int, device: torch.device | None = None) -> Tensor:
@@ -91,9 +104,7 @@ class SinusoidalPositionalEmbedding(nn.Module):
         check_tensor("x", x, floating=True)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape [B, L, {self.dim}], got {tuple(x.shape)}")
-        offset = check_int("offset", offset, minimum=0)
-        if positions is None:
-            positions = torch.arange(offset, offset + x.shape[1], device=x.device)  # [L]
+        positions = check_embed_positions(x, offset, positions)  # [L] or [B, L]
         needed = int(positions.max()) + 1 if positions.numel() else 0
         if self.max_len is not None and needed > self.max_len:
             raise ValueError(

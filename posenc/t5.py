@@ -4,6 +4,21 @@ Each head learns one scalar per *bucket* of relative distance ``j - i``. Small d
 bucket each; larger ones share logarithmically wider buckets up to ``max_distance``, past which
 everything falls in the last bucket. ``t5_relative_bucket`` reproduces the buckets of
 Hugging Face's ``T5Attention._relative_position_bucket`` exactly.
+
+``T5RelativeBias`` keeps its table in ``embedding.weight`` ``[num_buckets, num_heads]``, the
+same layout as HF's ``T5Attention.relative_attention_bias.weight`` (only the first layer of a
+stack has one; the others reuse its bias). To load a checkpoint::
+
+    sd = hf_model.state_dict()
+    enc = T5RelativeBias(cfg.num_heads, bidirectional=True,
+                         num_buckets=cfg.relative_attention_num_buckets,
+                         max_distance=cfg.relative_attention_max_distance)
+    enc.load_state_dict({"embedding.weight":
+        sd["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]})
+
+and ``bidirectional=False`` with ``decoder.block.0.layer.0.SelfAttention...`` for the decoder
+(HF: ``bidirectional = not is_decoder``). ``forward(q_len, k_len)`` then equals HF's
+``compute_bias(q_len, k_len, past_seen_tokens=k_len - q_len)[0]``.
 """
 
 from __future__ import annotations
@@ -13,7 +28,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_int, check_tensor
+from ._checks import check_bool, check_int, check_tensor
 
 
 def t5_relative_bucket(
@@ -25,7 +40,12 @@ def t5_relative_bucket(
 ) -> Tensor:
     """Bucket index (LongTensor, same shape) of each ``relative_position = key - query``."""
     check_tensor("relative_position", relative_position)
-    if relative_position.is_floating_point() or relative_position.dtype == torch.bool:
+    bidirectional = check_bool("bidirectional", bidirectional)
+    if (
+        relative_position.is_floating_point()
+        or relative_position.is_complex()
+        or relative_position.dtype == torch.bool
+    ):
         raise TypeError(
             f"relative_position must be an integer tensor, got dtype {relative_position.dtype}"
         )
@@ -62,8 +82,14 @@ def t5_relative_bucket(
 
 
 class T5RelativeBias(nn.Module):
-    """A learned ``[num_buckets, num_heads]`` table; ``forward(q_len, k_len)`` gives the bias
-    ``[num_heads, q_len, k_len]`` (queries are the last ``q_len`` of ``k_len`` positions)."""
+    """A learned table ``embedding.weight [num_buckets, num_heads]``; ``forward(q_len, k_len)``
+    gives the bias ``[num_heads, q_len, k_len]`` (queries are the last ``q_len`` of ``k_len``
+    positions).
+
+    ``embedding.weight`` is HF's ``relative_attention_bias.weight`` (T5's
+    ``...block.0.layer.0.SelfAttention.relative_attention_bias.weight``): load it with
+    ``load_state_dict({"embedding.weight": w})``; see the module docstring.
+    """
 
     def __init__(
         self,
@@ -75,7 +101,7 @@ class T5RelativeBias(nn.Module):
     ) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
-        self.bidirectional = bool(bidirectional)
+        self.bidirectional = check_bool("bidirectional", bidirectional)
         self.num_buckets = check_int("num_buckets", num_buckets, minimum=2)
         self.max_distance = check_int("max_distance", max_distance, minimum=1)
         t5_relative_bucket(  # validate the bucket settings now, not on the first forward

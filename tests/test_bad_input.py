@@ -15,7 +15,7 @@ CASES = [
     (lambda: pe.sinusoidal_table(4.0, 8), TypeError, "num_positions must be an int, got 4.0"),
     (lambda: pe.sinusoidal_table(4, 8, offset=-2), ValueError, "offset must be an int >= 0, got -2"),
     (lambda: pe.sinusoidal_table(4, 8, dtype=torch.int64), TypeError, "dtype must be None or a floating"),
-    (lambda: pe.sinusoidal_table(4, 8, base=0), ValueError, "base must be > 0, got 0"),
+    (lambda: pe.sinusoidal_table(4, 8, base=0), ValueError, "base must be > 1, got 0"),
     (lambda: pe.SinusoidalPositionalEmbedding(8)(torch.zeros(1, 3, 4)), ValueError, r"x must have shape \[B, L, 8\]"),
     (lambda: pe.SinusoidalPositionalEmbedding(8)(torch.zeros(1, 3, 8, dtype=torch.long)), TypeError, "x must be a floating-point tensor"),
     (lambda: pe.SinusoidalPositionalEmbedding(8, dropout=1.5), ValueError, r"dropout must be in \[0, 1\), got 1.5"),

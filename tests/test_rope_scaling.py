@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from posenc.rope_scaling import ROPE_TYPES, rope_inv_freq, rope_wavelengths
+from posenc.rope_scaling import ROPE_KEYS, ROPE_TYPES, rope_inv_freq, rope_wavelengths
 
 TWO_PI = 2 * math.pi
 
@@ -40,6 +40,7 @@ def test_float32_and_shape(rope_type):
         "low_freq_factor": 1.0, "high_freq_factor": 4.0, "short_factor": [1.0] * 32,
         "long_factor": [2.0] * 32,
     }  # fmt: skip
+    scaling = {k: v for k, v in scaling.items() if k == "rope_type" or k in ROPE_KEYS[rope_type]}
     inv_freq, attn = rope_inv_freq(64, scaling=scaling, seq_len=4096)
     assert inv_freq.dtype == torch.float32 and inv_freq.shape == (32,)
     assert isinstance(attn, float) and attn >= 1.0
@@ -49,8 +50,10 @@ def test_default_is_roformer():
     inv_freq, attn = rope_inv_freq(64, base=10000.0)
     close(inv_freq, theta(64, 10000.0))
     assert attn == 1.0
-    same, _ = rope_inv_freq(64, scaling={"rope_type": "default", "factor": 3.0})
+    same, _ = rope_inv_freq(64, scaling={"rope_type": "default", "rope_theta": 10000.0})
     assert torch.equal(same, inv_freq)
+    with pytest.raises(ValueError, match=r"unknown key\(s\) 'factor' for rope_type 'default'"):
+        rope_inv_freq(64, scaling={"rope_type": "default", "factor": 3.0})  # HF ignores it: an error
 
 
 def test_linear_is_position_interpolation():

@@ -55,3 +55,19 @@ def test_module_bias_is_lookup_of_buckets():
             bucket = hf_bucket(j - (i + 4), False, 8, 16)
             torch.testing.assert_close(bias[:, i, j], mod.embedding.weight[bucket])
     torch.testing.assert_close(mod(9)[:, 4:], bias)
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_loads_hf_t5_relative_bias_weights(is_decoder):
+    transformers = pytest.importorskip("transformers", minversion="5.0")
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(d_model=16, d_kv=4, num_heads=3, relative_attention_num_buckets=16,
+                                relative_attention_max_distance=40, is_decoder=is_decoder)  # fmt: skip
+    hf = T5Attention(cfg, has_relative_attention_bias=True, layer_idx=0)
+    ours = T5RelativeBias(3, bidirectional=not is_decoder, num_buckets=16, max_distance=40)
+    ours.load_state_dict({"embedding.weight": hf.relative_attention_bias.weight})  # the doc's name
+    for q_len, k_len in [(50, 50), (1, 50), (7, 90)]:
+        want = hf.compute_bias(q_len, k_len, past_seen_tokens=k_len - q_len)[0]  # [H, Lq, Lk]
+        torch.testing.assert_close(ours(q_len, k_len), want, rtol=0, atol=0)
