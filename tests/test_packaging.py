@@ -9,13 +9,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from email.parser import Parser
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-import tomllib
 
 yaml = pytest.importorskip("yaml")
 
