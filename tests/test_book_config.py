@@ -233,3 +233,26 @@ def test_set_repo_rewrites(tmp_path: Path):
     assert intro == (
         "git clone https://github.com/new-owner/new-book\nurl = {https://new-owner.github.io/new-book/}\n"
     )
+
+
+def test_workflow_runs_ci_and_is_pinned():
+    """The workflow runs .ci/run on pushes and pull requests, pins every action to a commit,
+    never keeps the token in the checkout, and gives the trained models their own cache."""
+    text = (ROOT / ".github" / "workflows" / "book.yml").read_text(encoding="utf-8")
+    workflow = yaml.safe_load(text)
+    triggers = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads `on` as True
+    assert "push" in triggers and "pull_request" in triggers
+    steps = [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+    assert any(step.get("run", "").strip() == "bash .ci/run" for step in steps)
+    for step in steps:
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step["with"]["persist-credentials"] is False
+    for line in text.splitlines():
+        if "uses:" in line:
+            assert re.search(r"@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), f"no version comment: {line}"
+    models = [s for s in steps if s.get("with", {}).get("path") == ".posenc_cache"
+              and "restore-keys" in s["with"]]
+    assert models, "the trained-model cache needs its own key with restore-keys"
+    assert "if" not in models[0], "the model cache is restored on every event, pull requests included"
