@@ -256,3 +256,31 @@ def test_workflow_runs_ci_and_is_pinned():
               and "restore-keys" in s["with"]]
     assert models, "the trained-model cache needs its own key with restore-keys"
     assert "if" not in models[0], "the model cache is restored on every event, pull requests included"
+
+
+def test_intersphinx_inventories():
+    """The offline inventories load with Sphinx, hold the names the API page links, and match
+    scripts/make_inventories.py."""
+    import posixpath
+
+    inventory = pytest.importorskip("sphinx.util.inventory")
+    mapping = _config()["sphinx"]["config"]["intersphinx_mapping"]
+    wanted = {
+        "python": ["collections.abc.Sequence", "collections.abc.Callable", "typing.Any",
+                   "pathlib.Path", "int"],
+        "torch": ["torch.Tensor", "torch.nn.Module", "torch.nn.modules.module.Module", "torch.dtype",
+                  "torch.device", "torch.Generator", "torch.optim.Optimizer"],
+    }  # fmt: skip
+    for name, (base, local) in mapping.items():
+        assert not str(local).startswith("http"), f"{name}: the build runs offline; use a local file"
+        with open(ROOT / local, "rb") as f:
+            inv = inventory.InventoryFile.load(f, base, posixpath.join)
+        names = {obj: data[2] for objects in inv.values() for obj, data in objects.items()}
+        for obj in wanted[name]:
+            assert obj in names, f"{local} has no {obj}"
+            assert names[obj].startswith(base + "/") and "#" in names[obj], names[obj]
+    script = ROOT / "scripts" / "make_inventories.py"
+    spec = importlib.util.spec_from_file_location("make_inventories", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0, "run `python scripts/make_inventories.py`"
