@@ -9,7 +9,8 @@ The book's repository address is written down once, as ``repository.url`` in ``_
   ``pyproject.toml``), tagged ``remove-cell`` so the HTML never shows it;
 * ``README.md`` and the Markdown pages of the book (``book/**/*.md``): links to the repository
   (``https://github.com/<owner>/<repo>``, also inside ``git+https://...`` and Colab/raw links)
-  and to the published site (``https://<owner>.github.io/<repo>/``).
+  and to the published site (``https://<owner>.github.io/<repo>/``);
+* ``html.baseurl`` in ``_config.yml`` (the site's address, for canonical links), when present.
 
 Usage::
 
@@ -160,12 +161,25 @@ def rewrite_markdown(text: str, old_urls: set[str], url: str) -> str:
     return text
 
 
+_BASEURL = re.compile(r"^(html:\n(?:[ \t]+.*\n|\n)*?[ \t]+baseurl:[ \t]*)(\S+)", re.MULTILINE)
+
+
+def rewrite_baseurl(config_text: str, url: str) -> str:
+    """Set ``html.baseurl`` in ``_config.yml`` text to the site of ``url`` (comments kept)."""
+    return _BASEURL.sub(lambda m: m.group(1) + site_url(url), config_text, count=1)
+
+
 def plan(root: Path = ROOT, extra_old: tuple[str, ...] = ()) -> dict[Path, str]:
     """Return ``{path: new_text}`` for every file whose text would change."""
     url = config_url(root)
     version = package_version(root)
     changes: dict[Path, str] = {}
     old_urls = {u.rstrip("/") for u in extra_old}
+    config = root / "_config.yml"
+    text = config.read_text(encoding="utf-8")
+    new = rewrite_baseurl(text, url)
+    if new != text:
+        changes[config] = new
     for nb in notebooks(root):
         old_urls.update(u.rstrip("/") for u in notebook_repos(nb))
         text = nb.read_text(encoding="utf-8")

@@ -284,3 +284,37 @@ def test_intersphinx_inventories():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.main(["--check"]) == 0, "run `python scripts/make_inventories.py`"
+
+
+def test_site_conventions():
+    """Logo and favicon drawn by scripts/make_logo.py, the edit button, html.baseurl at the Pages
+    address, and the README's Colab badge on chapter 1 of this repository."""
+    config = _config()
+    for key, path in (("logo", config["logo"]), ("favicon", config["html"]["favicon"])):
+        data = (ROOT / path).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n"), f"{key} {path} is not a PNG"
+    assert config["html"]["use_edit_page_button"] is True
+    set_repo = _set_repo()
+    url = set_repo.config_url(ROOT)
+    assert config["html"]["baseurl"] == set_repo.site_url(url)
+    owner, repo = set_repo.owner_repo(url)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    badge = re.search(r"\[!\[Open in Colab\]\([^)]*colab-badge\.svg\)\]\(([^)]+)\)", readme)
+    assert badge, "README.md has no Open in Colab badge"
+    chapter1 = sorted(NOTEBOOKS)[0].name
+    assert badge.group(1) == f"https://colab.research.google.com/github/{owner}/{repo}/blob/main/book/{chapter1}"
+
+
+def test_set_repo_writes_baseurl(tmp_path: Path):
+    module = _set_repo()
+    (tmp_path / "book").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nversion = "1.0.0"\n', encoding="utf-8")
+    (tmp_path / "_config.yml").write_text(
+        "repository:\n  url: https://github.com/New-Owner/new-book\n\n"
+        "html:\n  favicon: x.png\n  baseurl: https://old.github.io/book/   # kept comment\n  x: 1\n",
+        encoding="utf-8",
+    )
+    assert module.main(["--root", str(tmp_path)]) == 0
+    config = (tmp_path / "_config.yml").read_text(encoding="utf-8")
+    assert "  baseurl: https://new-owner.github.io/new-book/   # kept comment\n" in config
+    assert module.main(["--root", str(tmp_path), "--check"]) == 0
