@@ -318,3 +318,38 @@ def test_set_repo_writes_baseurl(tmp_path: Path):
     config = (tmp_path / "_config.yml").read_text(encoding="utf-8")
     assert "  baseurl: https://new-owner.github.io/new-book/   # kept comment\n" in config
     assert module.main(["--root", str(tmp_path), "--check"]) == 0
+
+
+def _bib_entries() -> dict[str, str]:
+    bib = (BOOK / "references.bib").read_text(encoding="utf-8")
+    return {m.group(1): entry for entry in re.split(r"\n(?=@)", bib) if (m := BIB_KEY.search(entry))}
+
+
+def test_bib_venues_and_credits():
+    """Venues as published, and the community posts behind RoPE scaling credited in full."""
+    entries = _bib_entries()
+    assert "ICLR" in entries["peng2023yarn"] and "year      = {2024}" in entries["peng2023yarn"]
+    assert "NeurIPS 2023" in entries["mohtashami2023landmark"]
+    for key in ("bloc97_2023ntk", "emozilla2023dynamic", "kaiokendev2023superhot"):
+        entry = entries[key]
+        assert entry.startswith("@misc"), key
+        for field in ("author", "title", "howpublished", "year", "url", "note"):
+            assert re.search(rf"^\s*{field}\s*=", entry, re.MULTILINE), f"{key} has no {field}"
+
+
+def test_bibliography_list_style_matches_the_text():
+    """In-text author-year citations and the list's labels come from the same rule."""
+    config = _config()
+    assert config["sphinx"]["config"]["bibtex_reference_style"] == "author_year"
+    assert config["sphinx"]["config"]["bibtex_default_style"] == "author_year"
+    assert config["sphinx"]["local_extensions"] == {"bibstyle": "scripts"}
+    pybtex = pytest.importorskip("pybtex.database")
+    spec = importlib.util.spec_from_file_location("bibstyle", ROOT / "scripts" / "bibstyle.py")
+    bibstyle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bibstyle)
+    db = pybtex.parse_file(str(BOOK / "references.bib"))
+    assert bibstyle.author_year(db.entries["vaswani2017attention"]) == "Vaswani et al., 2017"
+    assert bibstyle.author_year(db.entries["hochreiter1997long"]) == "Hochreiter and Schmidhuber, 1997"
+    assert bibstyle.author_year(db.entries["workshop2022bloom"]) == "BigScience Workshop, 2022"
+    labels = list(bibstyle.AuthorYearLabelStyle().format_labels(list(db.entries.values()) * 2))
+    assert len(set(labels)) == len(labels), "equal labels get a/b suffixes"
