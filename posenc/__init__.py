@@ -36,7 +36,18 @@ from .schemes import (
 from .sinusoidal import SinusoidalPositionalEmbedding, sinusoidal_table
 from .t5 import T5RelativeBias, t5_relative_bucket
 
-__version__ = "0.2.0"
+
+def _version() -> str:
+    """The installed distribution's version: it is written in pyproject.toml only."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("posenc")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
+__version__: str = _version()
 
 __all__ = [
     "ROPE_TYPES",

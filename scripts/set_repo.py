@@ -7,9 +7,11 @@ The book's repository address is written down once, as ``repository.url`` in ``_
 * the Colab bootstrap cell of every ``book/**/*.ipynb``: the first code cell, rewritten whole
   from :func:`bootstrap_source` (repository URL and the release tag ``v<version>`` from
   ``pyproject.toml``), tagged ``remove-cell`` so the HTML never shows it;
-* ``README.md`` and the Markdown pages of the book (``book/**/*.md``): links to the repository
+* ``README.md``, ``CHANGELOG.md``, ``CITATION.cff``, the ``[project.urls]`` of ``pyproject.toml``
+  and the Markdown pages of the book (``book/**/*.md``): links to the repository
   (``https://github.com/<owner>/<repo>``, also inside ``git+https://...`` and Colab/raw links)
-  and to the published site (``https://<owner>.github.io/<repo>/``).
+  and to the published site (``https://<owner>.github.io/<repo>/``);
+* ``html.baseurl`` in ``_config.yml`` (the site's address, for canonical links), when present.
 
 Usage::
 
@@ -73,11 +75,14 @@ def notebooks(root: Path = ROOT) -> list[Path]:
     return sorted(p for p in (root / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
+# text files outside book/ that carry the repository's or the site's address
+_TEXT_FILES = ("README.md", "CHANGELOG.md", "CITATION.cff", "pyproject.toml")
+
+
 def markdown_files(root: Path = ROOT) -> list[Path]:
-    """README.md and the book's Markdown pages."""
+    """README.md, the changelog, the citation file, pyproject's URLs and the book's Markdown pages."""
     pages = sorted(p for p in (root / "book").rglob("*.md") if ".ipynb_checkpoints" not in p.parts)
-    readme = root / "README.md"
-    return ([readme] if readme.exists() else []) + pages
+    return [root / name for name in _TEXT_FILES if (root / name).exists()] + pages
 
 
 def package_version(root: Path = ROOT) -> str:
@@ -146,7 +151,8 @@ def rewrite_markdown(text: str, old_urls: set[str], url: str) -> str:
         end = r"(?![A-Za-z0-9_-])"  # do not match a longer repository name
         o, r = re.escape(owner), re.escape(repo)
         text = re.sub(rf"https://github\.com/{o}/{r}(?:\.git)?{end}", url, text)
-        text = re.sub(rf"https://{o}\.github\.io/{r}/?{end}", site_url(url), text, flags=re.IGNORECASE)
+        site = rf"https://{o}\.github\.io/{r}(?:/|{end})"  # the slash, if any, is site_url's
+        text = re.sub(site, site_url(url), text, flags=re.IGNORECASE)
         text = re.sub(
             rf"colab\.research\.google\.com/github/{o}/{r}{end}",
             f"colab.research.google.com/github/{new_owner}/{new_repo}",
@@ -160,12 +166,25 @@ def rewrite_markdown(text: str, old_urls: set[str], url: str) -> str:
     return text
 
 
+_BASEURL = re.compile(r"^(html:\n(?:[ \t]+.*\n|\n)*?[ \t]+baseurl:[ \t]*)(\S+)", re.MULTILINE)
+
+
+def rewrite_baseurl(config_text: str, url: str) -> str:
+    """Set ``html.baseurl`` in ``_config.yml`` text to the site of ``url`` (comments kept)."""
+    return _BASEURL.sub(lambda m: m.group(1) + site_url(url), config_text, count=1)
+
+
 def plan(root: Path = ROOT, extra_old: tuple[str, ...] = ()) -> dict[Path, str]:
     """Return ``{path: new_text}`` for every file whose text would change."""
     url = config_url(root)
     version = package_version(root)
     changes: dict[Path, str] = {}
     old_urls = {u.rstrip("/") for u in extra_old}
+    config = root / "_config.yml"
+    text = config.read_text(encoding="utf-8")
+    new = rewrite_baseurl(text, url)
+    if new != text:
+        changes[config] = new
     for nb in notebooks(root):
         old_urls.update(u.rstrip("/") for u in notebook_repos(nb))
         text = nb.read_text(encoding="utf-8")

@@ -233,3 +233,123 @@ def test_set_repo_rewrites(tmp_path: Path):
     assert intro == (
         "git clone https://github.com/new-owner/new-book\nurl = {https://new-owner.github.io/new-book/}\n"
     )
+
+
+def test_workflow_runs_ci_and_is_pinned():
+    """The workflow runs .ci/run on pushes and pull requests, pins every action to a commit,
+    never keeps the token in the checkout, and gives the trained models their own cache."""
+    text = (ROOT / ".github" / "workflows" / "book.yml").read_text(encoding="utf-8")
+    workflow = yaml.safe_load(text)
+    triggers = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads `on` as True
+    assert "push" in triggers and "pull_request" in triggers
+    steps = [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+    assert any(step.get("run", "").strip() == "bash .ci/run" for step in steps)
+    for step in steps:
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step["with"]["persist-credentials"] is False
+    for line in text.splitlines():
+        if "uses:" in line:
+            assert re.search(r"@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), f"no version comment: {line}"
+    models = [s for s in steps if s.get("with", {}).get("path") == ".posenc_cache"
+              and "restore-keys" in s["with"]]
+    assert models, "the trained-model cache needs its own key with restore-keys"
+    assert "if" not in models[0], "the model cache is restored on every event, pull requests included"
+
+
+def test_intersphinx_inventories():
+    """The offline inventories load with Sphinx, hold the names the API page links, and match
+    scripts/make_inventories.py."""
+    import posixpath
+
+    inventory = pytest.importorskip("sphinx.util.inventory")
+    mapping = _config()["sphinx"]["config"]["intersphinx_mapping"]
+    wanted = {
+        "python": ["collections.abc.Sequence", "collections.abc.Callable", "typing.Any",
+                   "pathlib.Path", "int"],
+        "torch": ["torch.Tensor", "torch.nn.Module", "torch.nn.modules.module.Module", "torch.dtype",
+                  "torch.device", "torch.Generator", "torch.optim.Optimizer"],
+    }  # fmt: skip
+    for name, (base, local) in mapping.items():
+        assert not str(local).startswith("http"), f"{name}: the build runs offline; use a local file"
+        with open(ROOT / local, "rb") as f:
+            inv = inventory.InventoryFile.load(f, base, posixpath.join)
+        names = {obj: data[2] for objects in inv.values() for obj, data in objects.items()}
+        for obj in wanted[name]:
+            assert obj in names, f"{local} has no {obj}"
+            assert names[obj].startswith(base + "/") and "#" in names[obj], names[obj]
+    script = ROOT / "scripts" / "make_inventories.py"
+    spec = importlib.util.spec_from_file_location("make_inventories", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0, "run `python scripts/make_inventories.py`"
+
+
+def test_site_conventions():
+    """Logo and favicon drawn by scripts/make_logo.py, the edit button, html.baseurl at the Pages
+    address, and the README's Colab badge on chapter 1 of this repository."""
+    config = _config()
+    for key, path in (("logo", config["logo"]), ("favicon", config["html"]["favicon"])):
+        data = (ROOT / path).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n"), f"{key} {path} is not a PNG"
+    assert config["html"]["use_edit_page_button"] is True
+    set_repo = _set_repo()
+    url = set_repo.config_url(ROOT)
+    assert config["html"]["baseurl"] == set_repo.site_url(url)
+    owner, repo = set_repo.owner_repo(url)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    badge = re.search(r"\[!\[Open in Colab\]\([^)]*colab-badge\.svg\)\]\(([^)]+)\)", readme)
+    assert badge, "README.md has no Open in Colab badge"
+    chapter1 = sorted(NOTEBOOKS)[0].name
+    assert badge.group(1) == f"https://colab.research.google.com/github/{owner}/{repo}/blob/main/book/{chapter1}"
+
+
+def test_set_repo_writes_baseurl(tmp_path: Path):
+    module = _set_repo()
+    (tmp_path / "book").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nversion = "1.0.0"\n', encoding="utf-8")
+    (tmp_path / "_config.yml").write_text(
+        "repository:\n  url: https://github.com/New-Owner/new-book\n\n"
+        "html:\n  favicon: x.png\n  baseurl: https://old.github.io/book/   # kept comment\n  x: 1\n",
+        encoding="utf-8",
+    )
+    assert module.main(["--root", str(tmp_path)]) == 0
+    config = (tmp_path / "_config.yml").read_text(encoding="utf-8")
+    assert "  baseurl: https://new-owner.github.io/new-book/   # kept comment\n" in config
+    assert module.main(["--root", str(tmp_path), "--check"]) == 0
+
+
+def _bib_entries() -> dict[str, str]:
+    bib = (BOOK / "references.bib").read_text(encoding="utf-8")
+    return {m.group(1): entry for entry in re.split(r"\n(?=@)", bib) if (m := BIB_KEY.search(entry))}
+
+
+def test_bib_venues_and_credits():
+    """Venues as published, and the community posts behind RoPE scaling credited in full."""
+    entries = _bib_entries()
+    assert "ICLR" in entries["peng2023yarn"] and "year      = {2024}" in entries["peng2023yarn"]
+    assert "NeurIPS 2023" in entries["mohtashami2023landmark"]
+    for key in ("bloc97_2023ntk", "emozilla2023dynamic", "kaiokendev2023superhot"):
+        entry = entries[key]
+        assert entry.startswith("@misc"), key
+        for field in ("author", "title", "howpublished", "year", "url", "note"):
+            assert re.search(rf"^\s*{field}\s*=", entry, re.MULTILINE), f"{key} has no {field}"
+
+
+def test_bibliography_list_style_matches_the_text():
+    """In-text author-year citations and the list's labels come from the same rule."""
+    config = _config()
+    assert config["sphinx"]["config"]["bibtex_reference_style"] == "author_year"
+    assert config["sphinx"]["config"]["bibtex_default_style"] == "author_year"
+    assert config["sphinx"]["local_extensions"] == {"bibstyle": "scripts"}
+    pybtex = pytest.importorskip("pybtex.database")
+    spec = importlib.util.spec_from_file_location("bibstyle", ROOT / "scripts" / "bibstyle.py")
+    bibstyle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bibstyle)
+    db = pybtex.parse_file(str(BOOK / "references.bib"))
+    assert bibstyle.author_year(db.entries["vaswani2017attention"]) == "Vaswani et al., 2017"
+    assert bibstyle.author_year(db.entries["hochreiter1997long"]) == "Hochreiter and Schmidhuber, 1997"
+    assert bibstyle.author_year(db.entries["workshop2022bloom"]) == "BigScience Workshop, 2022"
+    labels = list(bibstyle.AuthorYearLabelStyle().format_labels(list(db.entries.values()) * 2))
+    assert len(set(labels)) == len(labels), "equal labels get a/b suffixes"
