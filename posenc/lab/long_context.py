@@ -166,7 +166,7 @@ class FineTuneConfig:
     seed: int
 
     def lr_at(self, step: int) -> float:
-        """Linear warm-up, then cosine down to ``lr * min_lr_ratio`` (as in :func:`posenc.lab.train.lr_at`)."""
+        """Linear warm-up, then cosine to ``lr * min_lr_ratio`` (as :func:`posenc.lab.train.lr_at`)."""
         if step < self.warmup:
             return self.lr * (step + 1) / self.warmup
         t = min(1.0, (step - self.warmup) / max(1, self.steps - self.warmup))
