@@ -141,6 +141,14 @@ class Corpus:
     files: tuple[tuple[str, str, int], ...] = field(repr=False)
     python: str = ""
 
+    def __post_init__(self) -> None:
+        for name in ("train", "val"):
+            t = getattr(self, name)
+            if not isinstance(t, Tensor) or t.dim() != 1 or t.dtype != torch.uint8:
+                raise TypeError(f"{name} must be a 1-D uint8 tensor, got {t!r:.60}")
+        if not isinstance(self.sha256, str) or len(self.sha256) != 64:
+            raise ValueError(f"sha256 must be a 64-character hex string, got {self.sha256!r}")
+
     def __repr__(self) -> str:
         n_val = sum(1 for _, s, _ in self.files if s == "val")
         return (
@@ -305,7 +313,7 @@ def make_passkey(
         if depth > 1.0:
             raise ValueError(f"depth must be in [0, 1], got {depth}")
     if generator is None:
-        generator = torch.Generator().manual_seed(0 if seed is None else check_int("seed", seed))
+        generator = torch.Generator().manual_seed(0 if seed is None else check_int("seed", seed, minimum=0))
     key = str(int(torch.randint(10000, 100000, (1,), generator=generator)))
     if depth is None:
         depth = float(torch.rand((), generator=generator))
@@ -331,7 +339,7 @@ def passkey_batch(
     positions whose *next* byte is a key digit, i.e. where the model must predict it) and the
     keys."""
     batch_size = check_int("batch_size", batch_size, minimum=1)
-    gen = torch.Generator().manual_seed(check_int("seed", seed))
+    gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
     examples = [make_passkey(length, depth=depth, generator=gen) for _ in range(batch_size)]
     tokens = torch.stack([e.tokens for e in examples])  # [B, L]
     mask = torch.zeros_like(tokens, dtype=torch.bool)
@@ -353,7 +361,7 @@ def copy_batch(
     length = check_int("length", length, minimum=3)
     if not alphabet or separator in alphabet:
         raise ValueError("alphabet must be non-empty and must not contain the separator")
-    gen = torch.Generator().manual_seed(check_int("seed", seed))
+    gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
     n = length // 2  # sequence of length + 1 = 2n + 1 (+1 when length is odd)
     letters = torch.tensor(list(alphabet), dtype=torch.long)
     s = letters[torch.randint(0, len(alphabet), (batch_size, n), generator=gen)]  # [B, n]

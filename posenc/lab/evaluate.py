@@ -41,6 +41,14 @@ class EvalResult:
     per_position: Tensor = field(repr=False)
     num_windows: int = 0
 
+    def __post_init__(self) -> None:
+        check_int("length", self.length, minimum=1)
+        check_int("train_len", self.train_len, minimum=1)
+        if not isinstance(self.per_position, Tensor) or self.per_position.shape != (self.length,):
+            raise ValueError(
+                f"per_position must be a tensor of shape ({self.length},), got {self.per_position!r:.60}"
+            )
+
 
 def _check_data(data) -> Tensor:
     if not isinstance(data, Tensor):

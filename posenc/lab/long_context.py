@@ -167,6 +167,15 @@ class FineTuneConfig:
     grad_clip: float
     seed: int
 
+    def __post_init__(self) -> None:
+        if self.task not in ("lm", "passkey"):
+            raise ValueError(f"task must be 'lm' or 'passkey', got {self.task!r}")
+        for name in ("length", "steps", "batch_size"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("warmup", self.warmup, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        check_float("lr", self.lr, positive=True)
+
     def lr_at(self, step: int) -> float:
         """Linear warm-up, then cosine to ``lr * min_lr_ratio`` (as :func:`posenc.lab.train.lr_at`)."""
         if step < self.warmup:
