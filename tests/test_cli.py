@@ -78,3 +78,59 @@ def test_tiny_run_writes_json_and_plot(tmp_path, capsys):
     # second run: everything comes from the cache
     assert main(argv) == 0
     assert capsys.readouterr().out.count("loaded from cache") == 2
+
+
+def test_version(capsys):
+    import posenc
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip().endswith(posenc.__version__)
+
+
+def test_prog_is_the_name_it_was_called_by(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bin/posenc"])
+    with pytest.raises(SystemExit):
+        main(["extrapolate", "--steps", "0"])
+    assert capsys.readouterr().err.startswith("posenc extrapolate: error:")
+    monkeypatch.setattr(sys, "argv", ["/site-packages/posenc/__main__.py"])
+    with pytest.raises(SystemExit):
+        main(["extrapolate", "--steps", "0"])
+    assert capsys.readouterr().err.startswith("python -m posenc extrapolate: error:")
+
+
+def test_plot_without_matplotlib_fails_before_training(monkeypatch, tmp_path, capsys):
+    from posenc.lab import cli, experiment
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained although --plot cannot work")
+
+    monkeypatch.setattr(cli, "_has_matplotlib", lambda: False)
+    monkeypatch.setattr(experiment, "run_extrapolation", no_training)
+    assert main(["extrapolate", "--plot", str(tmp_path / "f.png")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--plot needs matplotlib" in err and "posenc[plot]" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_progress_bars_only_on_a_terminal(monkeypatch, tty):
+    from posenc.lab import experiment
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake(*args, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(experiment, "run_extrapolation", fake)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: tty, raising=False)
+    with pytest.raises(Stop):
+        main(["extrapolate", "--steps", "1"])
+    assert seen["progress"] is tty
+    with pytest.raises(Stop):
+        main(["extrapolate", "--steps", "1", "--no-progress"])
+    assert seen["progress"] is False

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from posenc.lab import data as D
 from posenc.lab.data import (
     SEPARATOR,
     STDLIB_MODULES,
@@ -21,6 +23,8 @@ from posenc.lab.data import (
     passkey_min_length,
     random_windows,
     stdlib_path,
+    stdlib_root,
+    write_snapshot,
 )
 
 
@@ -78,11 +82,46 @@ def test_real_stdlib_corpus():
     assert load_corpus() is corpus  # read once per process
 
 
+def test_snapshot_is_the_pinned_file_and_loads_identically(tmp_path):
+    blob = D.SNAPSHOT.read_bytes()
+    assert hashlib.sha256(blob).hexdigest() == D.SNAPSHOT_SHA256
+    assert len(blob) < 2_000_000
+    assert (D.SNAPSHOT.parent / "LICENSE-PSF.txt").is_file()
+    a = load_corpus()
+    D._CORPUS_CACHE.clear()
+    b = load_corpus()
+    assert a is not b and a.sha256 == b.sha256 and a.python == D.SNAPSHOT_PYTHON
+    assert torch.equal(a.train, b.train) and torch.equal(a.val, b.val)
+    # a subset of the snapshot is a corpus too
+    sub = load_corpus(["json.decoder", "os", "argparse", "ast"])
+    assert len(sub.files) == 4
+
+
+@pytest.mark.skipif(sys.version_info[:3] != (3, 11, 7), reason="the snapshot is CPython 3.11.7's Lib/")
+def test_snapshot_equals_this_pythons_stdlib(tmp_path):
+    """Reproducible: rebuilding from this Python's Lib/ gives the same file, the same corpus."""
+    assert write_snapshot(tmp_path / "again.tar.xz") == D.SNAPSHOT_SHA256
+    assert load_corpus(root=stdlib_root()).sha256 == load_corpus().sha256
+
+
+def test_damaged_snapshot_is_refused(tmp_path, monkeypatch):
+    bad = tmp_path / "stdlib.tar.xz"
+    bad.write_bytes(D.SNAPSHOT.read_bytes()[:-1] + b"x")
+    monkeypatch.setattr(D, "SNAPSHOT", bad)
+    monkeypatch.setattr(D, "_CORPUS_CACHE", {})
+    with pytest.raises(ValueError, match="SHA-256"):
+        load_corpus()
+
+
 def test_missing_module_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="'nosuchmodule'"):
         load_corpus(["nosuchmodule"], root=tmp_path)
     with pytest.raises(ValueError, match="at least one"):
         load_corpus([], root=tmp_path)
+    with pytest.raises(ValueError, match="not in the corpus snapshot"):
+        load_corpus(["nosuchmodule"])
+    with pytest.raises(TypeError, match="modules"):
+        load_corpus("os")
 
 
 def test_random_windows_and_eval_chunks():

@@ -268,3 +268,54 @@ def test_passkey_grid_shape_and_range():
         passkey_grid(tiny_model(), [n], [1.5])
     with pytest.raises(ValueError):
         passkey_grid(tiny_model(), [], [0.5])
+
+
+# ------------------------------------------------------- caches and parallel fine-tunes
+
+
+def test_evaluate_and_passkey_grid_are_cached(cache, corpus):
+    from posenc.lab import evaluate
+
+    model = tiny_model()
+    a = evaluate(model, corpus.val, [16, 32], num_tokens=256)
+    files = list(cache.glob("evalm-*.pt"))
+    assert len(files) == 1
+    b = evaluate(model, corpus.val, [16, 32], num_tokens=256)
+    torch.testing.assert_close(b[32].per_position, a[32].per_position)
+    assert b[32].loss == a[32].loss and b[32].tail_loss == a[32].tail_loss
+    # another scaling is another model: another entry
+    evaluate(with_rope_scaling(model, {"rope_type": "linear", "factor": 2.0}), corpus.val, [16],
+             num_tokens=256)
+    assert len(list(cache.glob("evalm-*.pt"))) == 2
+    n = passkey_min_length()
+    g = passkey_grid(model, [n], [0.0, 1.0], num=2)
+    assert len(list(cache.glob("passkey-*.pt"))) == 1
+    torch.testing.assert_close(passkey_grid(model, [n], [0.0, 1.0], num=2), g)
+    torch.testing.assert_close(passkey_grid(model, [n], [0.0, 1.0], num=2, cache=False), g)
+
+
+def test_fine_tune_many_equals_one_by_one(tmp_path, monkeypatch, corpus):
+    from posenc.lab import fine_tune_many
+
+    monkeypatch.delenv("POSENC_CACHE", raising=False)
+    model = tiny_model()
+    jobs = [{"model": model, "length": 32, "steps": 3, "corpus": corpus, "device": "cpu"},
+            {"model": with_rope_scaling(model, rope_scaling_config("linear", 2, 16)), "length": 32,
+             "steps": 3, "corpus": corpus, "device": "cpu"}]
+    try:
+        set_cache_dir(tmp_path / "one")
+        one = [fine_tune(**job) for job in jobs]
+        set_cache_dir(tmp_path / "two")
+        two = fine_tune_many(jobs, workers=2)
+    finally:
+        set_cache_dir(None)
+    assert len(list((tmp_path / "two").glob("ft-lm-32-*.pt"))) == 2
+    assert all(t.from_cache for t in two)  # trained by the workers, read back here
+    for a, b in zip(one, two, strict=True):
+        assert a.history == b.history
+        for k, v in a.model.state_dict().items():
+            torch.testing.assert_close(b.model.state_dict()[k], v, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="unknown fine_tune arguments"):
+        fine_tune_many([{"model": model, "length": 32, "steps": 1, "lenght": 3}])
+    with pytest.raises(TypeError, match="jobs"):
+        fine_tune_many({"model": model, "length": 32, "steps": 1})

@@ -198,3 +198,46 @@ def test_parallel_workers_equal_a_sequential_run(tmp_path, monkeypatch, corpus):
     assert two.to_json() == one.to_json()
     assert sorted(line.split()[0] for line in lines) == ["alibi", "sinusoidal"]
     assert len(list((tmp_path / "two").glob("lm-*.pt"))) == 2
+
+
+def _train_in_a_process(cache_path: str, cfg: dict, out: str) -> None:
+    import json as _json
+
+    from posenc.lab import TrainConfig, set_cache_dir, train_model
+
+    set_cache_dir(cache_path)
+    Path(out + ".ready").touch()
+    r = train_model(TrainConfig(**cfg), progress=False, device="cpu")
+    Path(out).write_text(_json.dumps({"from_cache": r.from_cache, "history": r.history}))
+
+
+def test_two_processes_never_train_the_same_model_at_once(cache):
+    """The file lock: one process trains, the other waits and loads what the first wrote."""
+    import json
+    import multiprocessing
+    import time
+
+    from filelock import FileLock
+
+    cfg = replace(TINY, steps=30, scheme="alibi")
+    ctx = multiprocessing.get_context("spawn")
+    outs = [cache / f"out{i}.json" for i in range(2)]
+    cache.mkdir(parents=True, exist_ok=True)
+    procs = [ctx.Process(target=_train_in_a_process, args=(str(cache), cfg.to_dict(), str(o)))
+             for o in outs]
+    # hold the model's lock until both processes are about to train, so they start together
+    with FileLock(str(cfg.cache_path(load_corpus().sha256)) + ".lock"):
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + 240
+        while not all(Path(str(o) + ".ready").exists() for o in outs):
+            assert time.monotonic() < deadline and all(p.is_alive() for p in procs)
+            time.sleep(0.1)
+        time.sleep(0.5)
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    results = [json.loads(o.read_text()) for o in outs]
+    assert sorted(r["from_cache"] for r in results) == [False, True]
+    assert results[0]["history"] == results[1]["history"]
+    assert len(list(cache.glob("lm-alibi-*.pt"))) == 1

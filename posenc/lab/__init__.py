@@ -13,6 +13,7 @@ from .experiment import Extrapolation, run_extrapolation
 from .long_context import (
     FineTuneConfig,
     fine_tune,
+    fine_tune_many,
     passkey_grid,
     rope_scaling_config,
     with_rope_scaling,
@@ -34,6 +35,7 @@ __all__ = [
     "cache_dir",
     "evaluate",
     "fine_tune",
+    "fine_tune_many",
     "load_corpus",
     "make_passkey",
     "passkey_grid",

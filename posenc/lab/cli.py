@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -75,12 +76,20 @@ def _device(text: str) -> str:
     return text
 
 
+def _prog() -> str:
+    """``python -m posenc`` when run as a module, else the name the script was called by."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m posenc" if name in ("", "__main__.py", "-c", "-m") else name
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
     from .config import TrainConfig
     from .experiment import DEFAULT_FACTORS, DEFAULT_SCHEMES
 
     d = TrainConfig()
-    parser = _Parser(prog="python -m posenc", description="posenc command line")
+    parser = _Parser(prog=_prog(), description="posenc command line")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser(
         "extrapolate",
@@ -112,12 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true",
                    help="the chapter's full setting: larger models, longer training, 3 seeds")
     p.add_argument("--device", type=_device, default="auto", help="auto (default), cpu, cuda, mps")
-    p.add_argument("--cache-dir", default=None, help="trained-weights cache (default $POSENC_CACHE "
-                   "or ~/.cache/posenc)")
+    p.add_argument("--cache-dir", default=None, help="trained-weights cache (default $POSENC_CACHE, "
+                   "else the user cache directory, e.g. ~/.cache/posenc)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none anyway when stderr is not a terminal)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    p.add_argument("--plot", type=Path, default=None, help="save a figure (PNG, PDF, SVG) here")
+    p.add_argument("--plot", type=Path, default=None,
+                   help="save a figure (PNG, PDF, SVG) here; needs matplotlib (pip install 'posenc[plot]')")
     return parser
 
 
@@ -155,7 +166,17 @@ def _plot(ex, path: Path) -> None:
     plt.close(fig)
 
 
-def extrapolate(args: argparse.Namespace) -> int:
+def _has_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def extrapolate(args: argparse.Namespace, prog: str = "python -m posenc") -> int:
+    if args.plot is not None and not _has_matplotlib():  # before any training
+        print(f"{prog} extrapolate: error: --plot needs matplotlib, which is not installed "
+              "(pip install 'posenc[plot]')", file=sys.stderr)
+        return 2
     from .cache import set_cache_dir
     from .config import TrainConfig, full_config
     from .experiment import run_extrapolation
@@ -168,16 +189,17 @@ def extrapolate(args: argparse.Namespace) -> int:
     try:
         ex = run_extrapolation(
             args.schemes, base=base, eval_lens=args.eval_lens, steps=args.steps, seeds=seeds,
-            device=None if args.device == "auto" else args.device, progress=not args.no_progress,
+            device=None if args.device == "auto" else args.device,
+            progress=not args.no_progress and sys.stderr.isatty(),
             cache=not args.no_cache, num_tokens=args.eval_tokens, threads=args.threads or None,
             workers=args.workers or None,
             log=lambda line: print(line, flush=True),
         )
     except (FileNotFoundError, ValueError) as err:
-        print(f"python -m posenc extrapolate: error: {err}", file=sys.stderr)
+        print(f"{prog} extrapolate: error: {err}", file=sys.stderr)
         return 1
     c = ex.corpus
-    print(f"\ncorpus: {c['bytes']:,} bytes from {c['files']} files of Python {c['python']} "
+    print(f"\ncorpus: {c['bytes']:,} bytes from {c['files']} files of the Python {c['python']} "
           f"standard library, sha256 {c['sha256']}")
     print(f"trained on {ex.config['train_len']} bytes for {ex.config['steps']} steps, "
           f"seeds {', '.join(map(str, seeds))}")
@@ -196,9 +218,10 @@ def extrapolate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "extrapolate":
-        return extrapolate(args)
+        return extrapolate(args, parser.prog)
     return 2  # pragma: no cover - argparse requires a command
 
 

@@ -1,10 +1,12 @@
 """Data for the experiments: a byte-level corpus and synthetic tasks, with no download.
 
-**Corpus.** :func:`load_corpus` reads the running Python's own standard-library sources: a
-fixed, sorted list of modules (``STDLIB_MODULES``) that every CPython 3.10+ ships as source.
-Each module is a file; files are split into train and validation by a hash of the module
-name, so no file is on both sides. The corpus reports its size and SHA-256, because the sources
-differ between Python versions: a run says exactly what it read.
+**Corpus.** :func:`load_corpus` reads Python standard-library sources: a fixed, sorted list of
+modules (``STDLIB_MODULES``). By default they come from a snapshot shipped with the package
+(``posenc/lab/corpus/stdlib-3.11.tar.xz``: CPython 3.11.7's ``Lib/`` files, PSF licence, SHA-256
+checked on load), so every Python >= 3.10 trains on the same bytes; ``root=`` reads another
+``Lib/`` directory instead (:func:`stdlib_root` is the running Python's). Each module is a file;
+files are split into train and validation by a hash of the module name, so no file is on both
+sides. The corpus reports its size and SHA-256: a run says exactly what it read.
 
 **Synthetic tasks**, generated from a seed:
 
@@ -18,8 +20,11 @@ differ between Python versions: a run says exactly what it read.
 from __future__ import annotations
 
 import hashlib
+import io
+import lzma
 import re
 import sysconfig
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +54,11 @@ STDLIB_MODULES: tuple[str, ...] = tuple(sorted((
     "xml.etree.ElementTree", "xmlrpc.client", "zipfile",
 )))
 
+SNAPSHOT = Path(__file__).with_name("corpus") / "stdlib-3.11.tar.xz"
+"""The shipped corpus: ``Lib/<module path>.py`` of every ``STDLIB_MODULES`` entry, CPython 3.11.7."""
+SNAPSHOT_SHA256 = "a561f513b1c13630935292d10df0fab148fbd62e0231aa8cd7c0003c1e084b0e"
+SNAPSHOT_PYTHON = "3.11.7"
+
 VAL_BUCKETS = 10  # a module is in validation when sha256(name) % VAL_BUCKETS == 0
 SEPARATOR = b"\n\n"  # between files in a split's byte stream
 
@@ -58,11 +68,52 @@ def is_validation(module: str) -> bool:
     return int(hashlib.sha256(module.encode()).hexdigest(), 16) % VAL_BUCKETS == 0
 
 
+def stdlib_root() -> Path:
+    """The running Python's standard-library directory (its ``Lib/``)."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _module_paths(module: str) -> tuple[str, str]:
+    rel = Path(*module.split("."))
+    return rel.with_suffix(".py").as_posix(), (rel / "__init__.py").as_posix()
+
+
+def write_snapshot(path, root=None, modules: tuple[str, ...] = STDLIB_MODULES) -> str:
+    """Write the corpus snapshot (a reproducible ``.tar.xz``: ``Lib/...`` members, sorted, zero
+    times and owners) of ``modules`` read under ``root`` (default :func:`stdlib_root`) to
+    ``path``; returns its SHA-256. This is how ``SNAPSHOT`` was made (on CPython 3.11.7)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for module in sorted(modules):
+            src = stdlib_path(module, root)
+            data = src.read_bytes()
+            name = _module_paths(module)[src.name == "__init__.py"]
+            info = tarfile.TarInfo("Lib/" + name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    blob = lzma.compress(buf.getvalue(), preset=9 | lzma.PRESET_EXTREME)
+    Path(path).write_bytes(blob)
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _read_snapshot() -> dict[str, bytes]:
+    """``{member name: bytes}`` of the shipped snapshot, after checking its SHA-256."""
+    blob = SNAPSHOT.read_bytes()
+    sha = hashlib.sha256(blob).hexdigest()
+    if sha != SNAPSHOT_SHA256:
+        raise ValueError(
+            f"corpus snapshot {SNAPSHOT} has SHA-256 {sha}, expected {SNAPSHOT_SHA256}: the file is "
+            "damaged or was replaced; reinstall posenc"
+        )
+    with tarfile.open(fileobj=io.BytesIO(lzma.decompress(blob)), mode="r:") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
 def stdlib_path(module: str, root=None):
     """The source file (a ``pathlib.Path``) of a standard-library ``module`` (``a.b`` ->
     ``a/b.py`` or ``a/b/__init__.py``), under ``root`` (a path or string; default: this
     Python's ``stdlib`` directory)."""
-    root = Path(sysconfig.get_paths()["stdlib"] if root is None else root)
+    root = stdlib_root() if root is None else Path(root)
     rel = Path(*module.split("."))
     for path in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
         if path.is_file():
@@ -90,6 +141,14 @@ class Corpus:
     files: tuple[tuple[str, str, int], ...] = field(repr=False)
     python: str = ""
 
+    def __post_init__(self) -> None:
+        for name in ("train", "val"):
+            t = getattr(self, name)
+            if not isinstance(t, Tensor) or t.dim() != 1 or t.dtype != torch.uint8:
+                raise TypeError(f"{name} must be a 1-D uint8 tensor, got {t!r:.60}")
+        if not isinstance(self.sha256, str) or len(self.sha256) != 64:
+            raise ValueError(f"sha256 must be a 64-character hex string, got {self.sha256!r}")
+
     def __repr__(self) -> str:
         n_val = sum(1 for _, s, _ in self.files if s == "val")
         return (
@@ -115,21 +174,43 @@ def load_corpus(
 ) -> Corpus:
     """Read the standard-library corpus (``STDLIB_MODULES`` by default); cached per process.
 
-    ``root`` (a path or string) replaces this Python's ``stdlib`` directory, e.g. for tests.
+    ``root=None`` reads the shipped snapshot (CPython 3.11.7, the same bytes on every Python);
+    ``root`` (a path or string, e.g. :func:`stdlib_root`) reads the ``.py`` files under that
+    directory instead.
     """
     import platform
 
+    if isinstance(modules, str):
+        raise TypeError(f"modules must be a list of module names, got the string {modules!r}")
     modules = tuple(sorted(STDLIB_MODULES if modules is None else modules))
     if not modules:
-        raise ValueError("modules must name at least one standard-library module")
+        raise ValueError("modules must name at least one standard-library module, got []")
+    for m in modules:
+        if not isinstance(m, str):
+            raise TypeError(f"modules must hold module names (str), got {m!r}")
+    if root is not None and not isinstance(root, (str, Path)):
+        raise TypeError(f"root must be None, a str or a path, got {type(root).__name__}")
     key = (modules, None if root is None else str(root))
     if key in _CORPUS_CACHE:
         return _CORPUS_CACHE[key]
+    if root is None:
+        members = _read_snapshot()
+
+        def read(module: str) -> bytes:
+            for name in _module_paths(module):
+                if "Lib/" + name in members:
+                    return members["Lib/" + name]
+            raise ValueError(f"modules: {module!r} is not in the corpus snapshot; allowed: STDLIB_MODULES")
+    else:
+
+        def read(module: str) -> bytes:
+            return stdlib_path(module, root).read_bytes()
+
     digest = hashlib.sha256()
     parts: dict[str, list[bytes]] = {"train": [], "val": []}
     files = []
     for module in modules:
-        data = stdlib_path(module, root).read_bytes()
+        data = read(module)
         split = "val" if is_validation(module) else "train"
         parts[split].append(data)
         files.append((module, split, len(data)))
@@ -143,7 +224,7 @@ def load_corpus(
     corpus = Corpus(
         train=stream(parts["train"]), val=stream(parts["val"]), sha256=digest.hexdigest(),
         bytes=sum(size for _, _, size in files), files=tuple(files),
-        python=platform.python_version(),
+        python=SNAPSHOT_PYTHON if root is None else platform.python_version(),
     )
     _CORPUS_CACHE[key] = corpus
     return corpus
@@ -232,7 +313,7 @@ def make_passkey(
         if depth > 1.0:
             raise ValueError(f"depth must be in [0, 1], got {depth}")
     if generator is None:
-        generator = torch.Generator().manual_seed(0 if seed is None else check_int("seed", seed))
+        generator = torch.Generator().manual_seed(0 if seed is None else check_int("seed", seed, minimum=0))
     key = str(int(torch.randint(10000, 100000, (1,), generator=generator)))
     if depth is None:
         depth = float(torch.rand((), generator=generator))
@@ -258,7 +339,7 @@ def passkey_batch(
     positions whose *next* byte is a key digit, i.e. where the model must predict it) and the
     keys."""
     batch_size = check_int("batch_size", batch_size, minimum=1)
-    gen = torch.Generator().manual_seed(check_int("seed", seed))
+    gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
     examples = [make_passkey(length, depth=depth, generator=gen) for _ in range(batch_size)]
     tokens = torch.stack([e.tokens for e in examples])  # [B, L]
     mask = torch.zeros_like(tokens, dtype=torch.bool)
@@ -280,7 +361,7 @@ def copy_batch(
     length = check_int("length", length, minimum=3)
     if not alphabet or separator in alphabet:
         raise ValueError("alphabet must be non-empty and must not contain the separator")
-    gen = torch.Generator().manual_seed(check_int("seed", seed))
+    gen = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
     n = length // 2  # sequence of length + 1 = 2n + 1 (+1 when length is odd)
     letters = torch.tensor(list(alphabet), dtype=torch.long)
     s = letters[torch.randint(0, len(alphabet), (batch_size, n), generator=gen)]  # [B, n]

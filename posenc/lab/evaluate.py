@@ -41,6 +41,14 @@ class EvalResult:
     per_position: Tensor = field(repr=False)
     num_windows: int = 0
 
+    def __post_init__(self) -> None:
+        check_int("length", self.length, minimum=1)
+        check_int("train_len", self.train_len, minimum=1)
+        if not isinstance(self.per_position, Tensor) or self.per_position.shape != (self.length,):
+            raise ValueError(
+                f"per_position must be a tensor of shape ({self.length},), got {self.per_position!r:.60}"
+            )
+
 
 def _check_data(data) -> Tensor:
     if not isinstance(data, Tensor):
@@ -71,6 +79,7 @@ def evaluate(
     num_tokens: int = 32768,
     batch_tokens: int = 8192,
     threads: int | None = 1,
+    cache: bool = True,
 ) -> dict[int, EvalResult]:
     """Evaluate ``model`` on ``data`` (a 1-D byte tensor, e.g. ``corpus.val``) at each length.
 
@@ -80,6 +89,10 @@ def evaluate(
     :func:`~posenc.lab.data.eval_chunks`); at each length they are cut into non-overlapping
     windows, so every length sees the same text. Windows are evaluated ``batch_tokens`` at a time
     under ``torch.no_grad()``; ``threads`` as in :func:`~posenc.lab.train_model`.
+
+    With ``cache=True`` the results are stored under :func:`~posenc.lab.cache_dir`, keyed by the
+    model's fingerprint (weights, config, RoPE scaling), the data's SHA-256 and the arguments, so
+    a second call with the same model and arguments reads them back instead of evaluating.
     """
     net, train_len = unwrap(model, train_len, need_train_len=True)
     data = _check_data(data)
@@ -88,8 +101,47 @@ def evaluate(
     batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
     block = max(lengths)
     device = next(net.parameters()).device
+    path = None
+    if cache:
+        from .long_context import fingerprint
+
+        what = {"model": fingerprint(net), "data": _sha256(data), "lengths": lengths,
+                "train_len": train_len, "num_tokens": num_tokens, "batch_tokens": batch_tokens,
+                "format_version": FORMAT_VERSION}  # fmt: skip
+        key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+        path = cache_dir() / f"evalm-{key[:24]}.pt"
+        found = _load_results(path, key, lengths)
+        if found is not None:
+            return found
     with cpu_threads(threads if device.type == "cpu" else None):
-        return _evaluate(net, data, lengths, train_len, num_tokens, batch_tokens, block, device)
+        out = _evaluate(net, data, lengths, train_len, num_tokens, batch_tokens, block, device)
+    if path is not None:
+        atomic_save({"key": key, "results": _results_state(out)}, path)
+    return out
+
+
+def _sha256(data: Tensor) -> str:
+    return hashlib.sha256(data.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+
+
+def _results_state(results: dict[int, EvalResult]) -> dict:
+    return {
+        str(n): {"loss": r.loss, "tail_loss": r.tail_loss, "per_position": r.per_position,
+                 "num_windows": r.num_windows, "train_len": r.train_len}
+        for n, r in results.items()
+    }  # fmt: skip
+
+
+def _load_results(path: Path, key: str, lengths: list[int]) -> dict[int, EvalResult] | None:
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if state["key"] != key:
+            return None
+        return {n: EvalResult(length=n, **state["results"][str(n)]) for n in lengths}
+    except Exception:  # damaged or from another version: evaluate again
+        return None
 
 
 def _evaluate(model, data, lengths, train_len, num_tokens, batch_tokens, block, device):

@@ -40,6 +40,11 @@ class Extrapolation:
     train_seconds: dict[str, dict[int, float]]
     models: dict[str, dict[int, TrainedModel]] = field(repr=False, default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name in ("config", "corpus", "evals", "train_seconds", "models"):
+            if not isinstance(getattr(self, name), dict):
+                raise TypeError(f"{name} must be a dict, got {type(getattr(self, name)).__name__}")
+
     @property
     def schemes(self) -> list[str]:
         return list(self.evals)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import io
 import json
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -30,7 +32,7 @@ from .._checks import check_float, check_int
 from ..rope import RotaryEmbedding
 from ..rope_scaling import ROPE_TYPES
 from ..schemes import RoPE
-from .cache import atomic_save, cache_dir, locked
+from .cache import atomic_save, cache_dir, locked, set_cache_dir
 from .data import Corpus, load_corpus, passkey_batch, passkey_min_length, random_windows
 from .evaluate import passkey_accuracy
 from .model import TransformerLM
@@ -165,8 +167,17 @@ class FineTuneConfig:
     grad_clip: float
     seed: int
 
+    def __post_init__(self) -> None:
+        if self.task not in ("lm", "passkey"):
+            raise ValueError(f"task must be 'lm' or 'passkey', got {self.task!r}")
+        for name in ("length", "steps", "batch_size"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("warmup", self.warmup, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        check_float("lr", self.lr, positive=True)
+
     def lr_at(self, step: int) -> float:
-        """Linear warm-up, then cosine down to ``lr * min_lr_ratio`` (as in :func:`posenc.lab.train.lr_at`)."""
+        """Linear warm-up, then cosine to ``lr * min_lr_ratio`` (as :func:`posenc.lab.train.lr_at`)."""
         if step < self.warmup:
             return self.lr * (step + 1) / self.warmup
         t = min(1.0, (step - self.warmup) / max(1, self.steps - self.warmup))
@@ -174,7 +185,7 @@ class FineTuneConfig:
         return lo + 0.5 * (self.lr - lo) * (1 + math.cos(math.pi * t))
 
 
-def _fingerprint(model: TransformerLM) -> str:
+def fingerprint(model: TransformerLM) -> str:
     """SHA-256 of the weights, the model config and every RoPE scaling inside the model."""
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
@@ -336,7 +347,7 @@ def _fine_tune_setup(
 
 
 def _fine_tune_key(net: TransformerLM, cfg: FineTuneConfig, corpus_sha: str | None) -> str:
-    blob = {"start": _fingerprint(net), "fine_tune": asdict(cfg), "corpus": corpus_sha}
+    blob = {"start": fingerprint(net), "fine_tune": asdict(cfg), "corpus": corpus_sha}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
 
 
@@ -384,13 +395,15 @@ def passkey_grid(
     num: int = 16,
     seed: int = 0,
     threads: int | None = 1,
+    cache: bool = True,
 ) -> Tensor:
     """Passkey digit accuracy ``[len(depths), len(lengths)]`` (float, in ``[0, 1]``), ``num``
     examples per cell with the needle at each depth (0: start of the filler, 1: its end).
 
     Depth ``i`` uses the examples of seed ``seed + i`` at every length. ``threads``: CPU threads
     (``None``: torch's setting); one is often faster for a model this small, and never slower
-    by much."""
+    by much. With ``cache=True`` the grid is stored under :func:`~posenc.lab.cache_dir`, keyed by
+    the model's :func:`fingerprint` and the arguments."""
     net, _ = unwrap(model)
     for name, seq in (("lengths", lengths), ("depths", depths)):
         if isinstance(seq, (str, bytes, Tensor)) or not isinstance(seq, Sequence):
@@ -401,10 +414,90 @@ def passkey_grid(
         raise ValueError(f"depths must lie in [0, 1], got {depths}")
     if not lengths or not depths:
         raise ValueError("lengths and depths must each hold at least one value")
-    out = torch.zeros(len(depths), len(lengths))
+    num = check_int("num", num, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    path = key = None
+    if cache:
+        what = {"model": fingerprint(net), "lengths": lengths, "depths": depths, "num": num,
+                "seed": seed, "format_version": FORMAT_VERSION}  # fmt: skip
+        key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+        path = cache_dir() / f"passkey-{key[:24]}.pt"
+        if path.is_file():
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+                if state["key"] == key:
+                    return state["grid"].clone()
+            except Exception:  # damaged: measure again
+                pass
+    out = torch.zeros(len(depths), len(lengths))  # [depths, lengths]
     cpu = next(net.parameters()).device.type == "cpu"
     with cpu_threads(threads if cpu else None):
         for j, n in enumerate(lengths):
             for i, d in enumerate(depths):
                 out[i, j] = passkey_accuracy(net, n, num=num, seed=seed + i, depth=d)
+    if path is not None:
+        atomic_save({"key": key, "grid": out}, path)
     return out
+
+
+# ------------------------------------------------------------- fine-tunes in parallel
+
+
+def _fine_tune_job(job: dict, cache_path: str, threads: int | None) -> tuple[float, bool]:
+    """In a worker process: fine-tune one job into the cache."""
+    set_cache_dir(cache_path)
+    r = fine_tune(**{**job, "progress": False, "cache": True, "threads": threads})
+    return r.train_seconds, r.from_cache
+
+
+def _is_cached(job: dict) -> bool:
+    net, _ = unwrap(job["model"])
+    args = {k: v for k, v in job.items() if k not in ("model", "device", "progress", "cache", "threads")}
+    cfg, _, corpus_sha = _fine_tune_setup(job["model"], **{**_SETUP_DEFAULTS, **args})
+    key = _fine_tune_key(net, cfg, corpus_sha)
+    return (cache_dir() / f"ft-{cfg.task}-{cfg.length}-{key[:24]}.pt").is_file()
+
+
+_SETUP_DEFAULTS = {
+    "task": "lm", "batch_size": None, "lr": 1e-3, "warmup": None, "min_lr_ratio": 0.1,
+    "weight_decay": 0.1, "grad_clip": 1.0, "seed": 0, "corpus": None,
+}  # fine_tune's defaults, for the keys of jobs that leave them out  # fmt: skip
+
+
+def fine_tune_many(
+    jobs: Sequence[Mapping], *, workers: int | None = None, threads: int | None = 1
+) -> list[TrainedModel]:
+    """:func:`fine_tune` for each job (a dict of its keyword arguments, ``model`` included), in
+    order; the ones not cached yet train at once in ``workers`` spawned processes (CPU only;
+    ``None``: one per core, at most 8), ``threads`` threads each, so the results equal one-by-one
+    calls. Scripts that call this need the ``if __name__ == "__main__":`` guard (notebooks do not).
+    """
+    if isinstance(jobs, Mapping) or not isinstance(jobs, Sequence):
+        raise TypeError(f"jobs must be a list of dicts of fine_tune arguments, got {type(jobs).__name__}")
+    allowed = set(inspect.signature(fine_tune).parameters)
+    for i, job in enumerate(jobs):
+        if not isinstance(job, Mapping):
+            raise TypeError(f"jobs[{i}] must be a dict of fine_tune arguments, got {type(job).__name__}")
+        unknown = sorted(set(job) - allowed)
+        if unknown or "model" not in job:
+            raise ValueError(f"jobs[{i}]: unknown fine_tune arguments {unknown} or no 'model'; "
+                             f"allowed: {sorted(allowed)}")
+        if job.get("cache", True) is False:
+            raise ValueError(f"jobs[{i}]: cache=False cannot run in parallel (results come via the cache)")
+    if threads is not None:
+        check_int("threads", threads, minimum=1)
+    todo = [dict(job) for job in jobs
+            if resolve_device(job.get("device")).type == "cpu" and not _is_cached(job)]
+    if workers is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = max(1, min(8, cores // (threads or cores)))
+    workers = min(check_int("workers", workers, minimum=1), max(1, len(todo)))
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            for f in [pool.submit(_fine_tune_job, job, str(cache_dir()), threads) for job in todo]:
+                f.result()
+    return [fine_tune(**{"threads": threads, **job}) for job in jobs]

@@ -155,6 +155,11 @@ class TransformerLM(nn.Module):
                 f"tokens must be an integer tensor [B, L], got dtype {tokens.dtype}, "
                 f"shape {tuple(tokens.shape)}"
             )
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"tokens must lie in [0, {self.config.vocab_size - 1}] (vocab_size), got values from "
+                f"{int(tokens.min())} to {int(tokens.max())}"
+            )
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(
                 f"caches must hold one KVCache per block ({len(self.blocks)}), got {len(caches)}"

@@ -48,6 +48,13 @@ class TrainedModel:
     train_seconds: float
     from_cache: bool
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, TransformerLM):
+            raise TypeError(f"model must be a TransformerLM, got {type(self.model).__name__}")
+        check_int("train_len", self.train_len, minimum=1)
+        if not isinstance(self.history, list):
+            raise TypeError(f"history must be a list of floats, got {type(self.history).__name__}")
+
 
 def unwrap(model, train_len: int | None = None, *, need_train_len: bool = False,
            name: str = "model") -> tuple[TransformerLM, int | None]:
