@@ -123,7 +123,7 @@ def rewrite_bootstrap(text: str, url: str, version: str) -> str:
         if c["cell_type"] == "code":
             if "REPO" in "".join(c["source"]):
                 if "id" in c:
-                    cell = {"id": c["id"], **cell}
+                    cell = dict(sorted({"id": c["id"], **cell}.items()))  # nbstripout's key order
                 nb["cells"][i] = cell
             else:  # no bootstrap yet: insert one before the first code cell
                 nb["cells"].insert(i, cell)

@@ -173,7 +173,7 @@ def test_bib_entries_are_complete():
         fields = {f.lower() for f in re.findall(r"^\s*(\w+)\s*=", entry, re.MULTILINE)}
         for field in ("author", "title", "year", "url"):
             assert field in fields, f"{match.group(1)} has no {field}"
-        venue = {"journal", "booktitle", "eprint", "howpublished", "institution"}
+        venue = {"journal", "booktitle", "eprint", "howpublished", "institution", "publisher"}
         assert fields & venue, f"{match.group(1)} has no venue"
 
 
