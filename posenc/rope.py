@@ -369,6 +369,7 @@ class RotaryEmbedding(nn.Module):
         # interleaved: cos + i sin per pair, [n, rd/2] complex64 (Meta's freqs_cis)
         self.register_buffer("cis_cached", torch.empty(0, rd // 2, dtype=torch.complex64),
                              persistent=False)  # fmt: skip
+        self.register_buffer("sin_signed_cached", torch.empty(0, rd), persistent=False)  # half
         zeta = (torch.arange(0, rd, 2, dtype=torch.float32) + 0.4 * rd) / (1.4 * rd)  # [rd/2]
         self.register_buffer("xpos_zeta", zeta, persistent=False)
 
@@ -403,6 +404,9 @@ class RotaryEmbedding(nn.Module):
             )  # [n, rd] float32
             if self.interleaved:
                 self.cis_cached = torch.complex(self.cos_cached[:, 0::2], self.sin_cached[:, 0::2])
+            else:  # [-sin, sin]: x cos + roll(x) * this is the half-layout rotation
+                s = self.sin_cached[:, : self.rotary_dim // 2]
+                self.sin_signed_cached = torch.cat([-s, s], dim=-1)
 
     def _check_positions(self, positions: object, q: Tensor) -> tuple[Tensor, int]:
         """Validate ``positions`` for ``q``; return them on q's device and their maximum."""
@@ -463,39 +467,47 @@ class RotaryEmbedding(nn.Module):
         """
         check_tensor("q", q, floating=True, min_dim=2)
         check_tensor("k", k, floating=True, min_dim=2)
-        if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
+        qs, ks = q.shape, k.shape
+        if qs[-1] != self.head_dim or ks[-1] != self.head_dim:
             raise ValueError(
-                f"q and k must end in head_dim={self.head_dim}, got {tuple(q.shape)} and {tuple(k.shape)}"
+                f"q and k must end in head_dim={self.head_dim}, got {tuple(qs)} and {tuple(ks)}"
             )
-        if q.shape[-2] != k.shape[-2]:
+        if qs[-2] != ks[-2]:
             raise ValueError(
-                f"q and k must have the same seq length here, got {q.shape[-2]} and {k.shape[-2]}; "
+                f"q and k must have the same seq length here, got {qs[-2]} and {ks[-2]}; "
                 "rotate cached keys when they are written, then pass only the new ones"
             )
-        if q.dim() != k.dim() or q.shape[:-3] != k.shape[:-3]:
+        if len(qs) != len(ks) or qs[:-3] != ks[:-3]:
             raise ValueError(
                 f"q and k shapes must agree except in the head count (dim -3), got "
-                f"{tuple(q.shape)} and {tuple(k.shape)}"
+                f"{tuple(qs)} and {tuple(ks)}"
             )
-        offset = check_int("offset", offset, minimum=0)
+        if type(offset) is not int or offset < 0:
+            offset = check_int("offset", offset, minimum=0)
         if xpos_centre is not None:
             xpos_centre = check_int("xpos_centre", xpos_centre)
             if self.xpos_scale_base is None:
                 raise ValueError("xpos_centre is given but xpos_scale_base is None (xPos is off)")
-        seq = q.shape[-2]
+        seq = qs[-2]
         cis = None
         if positions is None:
             end = offset + seq
             if seq == 0:  # nothing to rotate; no frequency update
                 return q.clone(), k.clone()
             self._refresh(end, q.device)
-            if (  # the decode fast path: a slice of the complex table, one multiply each
-                self.interleaved and self.xpos_scale_base is None
+            if (  # the decode fast path: slices of the cached tables, fewest kernels
+                self.xpos_scale_base is None
                 and self.rotary_dim == self.head_dim and q.dtype == k.dtype == torch.float32
                 and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad))
             ):  # fmt: skip
-                cis = self.cis_cached[offset:end]  # [L, rd/2]
-                return _complex_rotate(q, cis), _complex_rotate(k, cis)
+                if self.interleaved:
+                    cis = self.cis_cached[offset:end]  # [L, rd/2]: one complex multiply each
+                    return _complex_rotate(q, cis), _complex_rotate(k, cis)
+                if q.numel() + k.numel() <= 1 << 16:  # small (decode): 3 kernels beat 3 passes
+                    c, ss = self.cos_cached[offset:end], self.sin_signed_cached[offset:end]
+                    h = self.rotary_dim // 2  # roll(h) turns [xa, xb] into [xb, xa]
+                    return (torch.addcmul(q * c, q.roll(h, -1), ss),
+                            torch.addcmul(k * c, k.roll(h, -1), ss))  # fmt: skip
             cos, sin = self.cos_cached[offset:end], self.sin_cached[offset:end]  # [L, rd] views
             if self.interleaved:
                 cis = self.cis_cached[offset:end]  # [L, rd/2]
