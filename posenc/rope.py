@@ -1,4 +1,5 @@
-"""Rotary position embedding, RoPE (Su et al., 2021, "RoFormer").
+"""Rotary position embedding, RoPE (Su et al., 2021, "RoFormer"), and xPos (Sun et al., 2023,
+"A Length-Extrapolatable Transformer", arXiv 2212.10554).
 
 Each pair of query/key channels is rotated by the angle ``pos * theta_i``, so the score
 ``(R_m q) . (R_n k) = q . R_{n-m} k`` depends on the positions only through ``n - m``.
@@ -12,6 +13,13 @@ Two channel layouts exist and the same weights give different results under them
 
 ``rope_permutation`` and ``convert_rope_weight`` move q/k projection weights between the two,
 as checkpoint converters do.
+
+Speed: the rotation is computed in float32 (float64 for float64 inputs) and written once in
+the input's dtype. Interleaved float32 multiplies channel pairs as complex numbers (Meta's form,
+one fused pass); otherwise one multiply and two ``addcmul`` on views of the pair halves. The
+backward of a rotation is the rotation by minus the angle (the map is orthogonal up to the
+scale ``cos^2 + sin^2``, and its transpose is the same map with ``-sin``), so a custom autograd
+function saves only ``cos``/``sin`` and reuses the forward kernel.
 """
 
 from __future__ import annotations
@@ -23,6 +31,19 @@ from torch import Tensor, nn
 
 from ._checks import check_dtype, check_float, check_int, check_positions, check_tensor
 from .rope_scaling import rope_inv_freq, rope_switch_len
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _check_even_last_dim(name: str, x: object) -> Tensor:
+    x = check_tensor(name, x, min_dim=1)
+    if x.shape[-1] % 2:
+        raise ValueError(f"{name}.shape[-1] must be even (channel pairs), got shape {tuple(x.shape)}")
+    return x
 
 
 def rope_cos_sin(
@@ -42,6 +63,9 @@ def rope_cos_sin(
     check_tensor("inv_freq", inv_freq, floating=True)
     if inv_freq.dim() != 1 or inv_freq.numel() == 0:
         raise ValueError(f"inv_freq must be 1-D and non-empty, got shape {tuple(inv_freq.shape)}")
+    if not bool(torch.isfinite(inv_freq).all()):
+        raise ValueError(f"inv_freq must be finite, got {inv_freq.tolist()}")
+    _check_bool("interleaved", interleaved)
     attention_factor = check_float("attention_factor", attention_factor, positive=True)
     dtype = check_dtype("dtype", dtype)
     angles = positions.to(torch.float32)[..., None] * inv_freq.to(positions.device, torch.float32)
@@ -55,6 +79,7 @@ def rope_cos_sin(
 
 def rotate_half(x: Tensor) -> Tensor:
     """``[x1, x2] -> [-x2, x1]`` on the last dim: the 90-degree turn of the half layout."""
+    _check_even_last_dim("x", x)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([-x2, x1], dim=-1)
 
@@ -65,6 +90,7 @@ def rotate_every_two(x: Tensor) -> Tensor:
     (The source article calls this ``rotate_half``; Hugging Face uses that name for the *half*
     layout above.)
     """
+    _check_even_last_dim("x", x)
     x = x.unflatten(-1, (-1, 2))  # [..., d/2, 2]
     return torch.stack([-x[..., 1], x[..., 0]], dim=-1).flatten(-2)
 
@@ -87,40 +113,137 @@ def _check_rope_args(x: Tensor, cos: Tensor, sin: Tensor) -> int:
             f"cos/sin cover {cos.shape[-2]} positions but x has seq length {x.shape[-2]} "
             f"(x shape {tuple(x.shape)}, cos shape {tuple(cos.shape)})"
         )
-    try:
-        torch.broadcast_shapes(x.shape[:-1], cos.shape[:-1])
-    except RuntimeError:
+    if cos.dim() not in (2, x.dim()):
         raise ValueError(
-            f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x of shape {tuple(x.shape)}"
-        ) from None
+            f"cos/sin must be [seq, rotary_dim] or have x's rank {x.dim()} (e.g. [B, 1, seq, "
+            f"rotary_dim] for x [B, H, seq, head_dim]), got shape {tuple(cos.shape)} for x "
+            f"{tuple(x.shape)}; a [B, seq, rotary_dim] table would broadcast over the heads"
+        )
+    for c, n in zip(cos.shape[:-1], x.shape[x.dim() - cos.dim() : -1], strict=True):
+        if c not in (1, n):
+            raise ValueError(
+                f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x of shape "
+                f"{tuple(x.shape)} (each leading dim must be 1 or x's; the result has x's shape)"
+            )
+    if cos.device != x.device:
+        raise ValueError(f"cos/sin are on {cos.device} but x is on {x.device}")
     return rotary_dim
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = True) -> Tensor:
-    """Rotate ``x [..., seq, head_dim]`` by ``cos``/``sin [..., seq, rotary_dim]``.
+def _as_complex(t: Tensor) -> Tensor:
+    """``[..., d]`` real -> ``[..., d/2]`` complex view of the channel pairs (a copy if strides forbid)."""
+    try:
+        return torch.view_as_complex(t.unflatten(-1, (-1, 2)))
+    except RuntimeError:
+        return torch.view_as_complex(t.contiguous().unflatten(-1, (-1, 2)))
 
-    When ``rotary_dim < head_dim`` only the first ``rotary_dim`` channels rotate (partial
-    rotary, as GPT-NeoX and Phi). The result has ``x``'s dtype; ``cos``/``sin`` are cast to it.
-    """
-    rd = _check_rope_args(x, cos, sin)
-    if rd < x.shape[-1]:
-        rotated = apply_rope(x[..., :rd], cos, sin, interleaved=interleaved)
-        return torch.cat([rotated, x[..., rd:]], dim=-1)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+
+def _complex_rotate(x: Tensor, cis: Tensor) -> Tensor:
+    """Interleaved float32/float64 ``x [..., L, d]`` times ``cis [..., L, d/2]``: one fused pass."""
+    return torch.view_as_real(_as_complex(x) * cis).flatten(-2)
+
+
+def _rotate_into(
+    out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None
+) -> None:
+    """``out = x * cos + turn(x) * sin`` (all channels rotate), math in float32/float64."""
+    cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
     if interleaved:
-        if x.dtype in (torch.float32, torch.float64):
-            # one fused pass: each pair is a complex number, multiplied by e^{i*theta} (Meta's form)
-            rot = torch.complex(cos[..., 0::2], sin[..., 0::2])  # [..., seq, d/2]
-            xc = torch.view_as_complex(x.contiguous().unflatten(-1, (-1, 2)))  # [..., seq, d/2]
-            return torch.view_as_real(xc * rot).flatten(-2)
-        return x * cos + rotate_every_two(x) * sin
-    h = rd // 2
-    s = sin[..., :h]  # both halves of the half layout share the angles
-    out = x * cos  # [..., seq, d]
-    o, xv = out.unflatten(-1, (2, h)), x.unflatten(-1, (2, h))  # [..., seq, 2, d/2] views
-    o[..., 0, :].addcmul_(xv[..., 1, :], s, value=-1)  # x1 cos - x2 sin
-    o[..., 1, :].addcmul_(xv[..., 0, :], s)  # x2 cos + x1 sin
+        if cis is None:
+            cis = torch.complex(cos[..., 0::2].to(cdt), sin[..., 0::2].to(cdt))  # [..., L, rd/2]
+        if x.dtype == cdt:
+            try:  # out is fresh: a complex view fails only for an odd head_dim (partial rotary)
+                torch.mul(_as_complex(x), cis, out=torch.view_as_complex(out.unflatten(-1, (-1, 2))))
+                return
+            except RuntimeError:
+                pass
+        xf = x.to(cdt, copy=True)  # [..., L, rd] fp16/bf16 -> float32: Meta's form, in place
+        torch.view_as_complex(xf.unflatten(-1, (-1, 2))).mul_(cis)
+        out.copy_(xf)  # one rounding to x's dtype
+        return
+    cos, sin = cos.to(cdt), sin.to(cdt)
+    h = x.shape[-1] // 2
+    s = sin[..., :h]  # both halves share the angles
+    xa, xb, oa, ob = x[..., :h], x[..., h:], out[..., :h], out[..., h:]
+    if x.dtype == cdt:  # in place on the output: x cos, then -/+ the other half times sin
+        torch.mul(x, cos, out=out)
+        oa.addcmul_(xb, s, value=-1)  # xa cos - xb sin
+        ob.addcmul_(xa, s)  # xb cos + xa sin
+    else:  # fp16 / bf16: x cos in float32, one rounding when written to out
+        ya, yb = torch.mul(x, cos).chunk(2, dim=-1)  # [..., L, rd/2] float32 each
+        torch.addcmul(ya, xb, s, value=-1, out=oa)
+        torch.addcmul(yb, xa, s, out=ob)
+
+
+def _rope_forward(
+    x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None = None
+) -> Tensor:
+    rd = cos.shape[-1]
+    if interleaved and rd == x.shape[-1] and x.dtype in (torch.float32, torch.float64):
+        if cis is None:
+            cis = torch.complex(cos[..., 0::2].to(x.dtype), sin[..., 0::2].to(x.dtype))
+        return _complex_rotate(x, cis)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # [..., L, d]
+    if rd < x.shape[-1]:  # partial rotary: the rest passes through
+        out[..., rd:] = x[..., rd:]
+        _rotate_into(out[..., :rd], x[..., :rd], cos, sin, interleaved, cis)
+    else:
+        _rotate_into(out, x, cos, sin, interleaved, cis)
     return out
+
+
+class _Rope(torch.autograd.Function):
+    """RoPE with an analytic backward: the gradient is the rotation by minus the angle."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, interleaved, cis):  # type: ignore[override]
+        ctx.save_for_backward(cos, sin, cis)
+        ctx.interleaved = interleaved
+        return _rope_forward(x, cos, sin, interleaved, cis)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        cos, sin, cis = ctx.saved_tensors
+        back = None if cis is None else cis.conj()
+        return _Rope.apply(grad, cos, -sin, ctx.interleaved, back), None, None, None, None
+
+
+def _rope_textbook(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """``x cos + turn(x) sin`` with plain autograd: used when cos/sin need gradients."""
+    rd = cos.shape[-1]
+    cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xr = x[..., :rd].to(cdt)
+    turn = rotate_every_two(xr) if interleaved else rotate_half(xr)
+    y = (xr * cos.to(cdt) + turn * sin.to(cdt)).to(x.dtype)
+    return torch.cat([y, x[..., rd:]], dim=-1) if rd < x.shape[-1] else y
+
+
+def _rope(
+    x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None = None
+) -> Tensor:
+    """The rotation without checks: autograd function, textbook form, or no graph at all."""
+    if torch.is_grad_enabled():
+        if cos.requires_grad or sin.requires_grad:
+            return _rope_textbook(x, cos, sin, interleaved)
+        if x.requires_grad:
+            return _Rope.apply(x, cos, sin, interleaved, cis)
+    return _rope_forward(x, cos, sin, interleaved, cis)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = True) -> Tensor:
+    """Rotate ``x [..., seq, head_dim]`` by ``cos``/``sin`` (from ``rope_cos_sin``).
+
+    ``cos``/``sin`` are ``[seq, rotary_dim]`` or have ``x``'s rank with leading dims equal to
+    ``x``'s or 1 (``[B, 1, seq, rotary_dim]`` for ``x [B, H, seq, head_dim]``); a
+    ``[B, seq, rotary_dim]`` table against a 4-D ``x`` is refused, since it would broadcast over
+    the heads. When ``rotary_dim < head_dim`` only the first ``rotary_dim`` channels rotate
+    (partial rotary, as GPT-NeoX and Phi). The math is float32 (float64 for float64 ``x``); the
+    result has ``x``'s dtype and shape. Differentiable; when only ``x`` needs a gradient the
+    backward is the same rotation by minus the angle (no activations saved).
+    """
+    _check_bool("interleaved", interleaved)
+    _check_rope_args(x, cos, sin)
+    return _rope(x, cos, sin, interleaved)
 
 
 def rope_permutation(rotary_dim: int, *, to: str = "half") -> Tensor:
@@ -165,9 +288,11 @@ class RotaryEmbedding(nn.Module):
     """Rotates queries and keys ``[B, H, L, head_dim]`` by their positions, scaled or not.
 
     ``forward(q, k, positions=None, offset=0)``: positions default to ``offset + arange(L)``;
-    pass ``positions [L]`` or ``[B, L]`` for per-sequence ids (left padding, KV caches).
-    ``cos``/``sin``, times the attention factor (YaRN's temperature), are cached in float32 and
-    the cache grows on demand.
+    pass ``positions [L]`` or ``[B, L]`` for per-sequence ids (left padding, KV caches), not
+    both. q and k may differ in their head count (grouped-query attention), nothing else.
+    ``cos``/``sin``, times the attention factor (YaRN's temperature), are cached in float32 (and,
+    for the interleaved layout, as one complex table) and the cache grows on demand. With an int
+    ``offset`` the call slices the cache: no index kernel, no host synchronisation.
 
     ``scaling`` is a Hugging Face ``rope_parameters`` dict (see ``rope_inv_freq``), checked here
     at construction; ``partial_rotary_factor`` may be given as the argument or as its key. Two
@@ -187,6 +312,19 @@ class RotaryEmbedding(nn.Module):
     from a full forward pass. Hugging Face does the same. Fixes: cache keys *before* rotation and
     rotate all of them with ``cos_sin(arange(seq_len))`` at each step, or use a static type
     (``linear``, ``ntk``, ``yarn``, ``llama3``).
+
+    xPos (Sun et al. 2023), ``xpos_scale_base`` set (512 in the paper): queries are also
+    multiplied and keys divided by ``zeta_i ** ((n - c) / xpos_scale_base)`` with
+    ``zeta_i = (2i + 0.4 r) / (1.4 r)`` for rotating pair ``i`` of ``r = rotary_dim`` channels,
+    so the score of a query at ``m`` and a key at ``n`` gains the factor
+    ``zeta_i ** ((m - n) / xpos_scale_base)``: it decays with the distance ``m - n``, faster for
+    the low-index (fast-rotating) pairs. The centre ``c`` cancels in every score; it only keeps
+    the factors near 1. It is ``L // 2`` of the *current* call (``L = q.shape[-2]``, positions
+    taken as given, offset included), exactly rotary-embedding-torch's ``get_scale`` (its
+    ``use_xpos=True``) but never a centre cached from an earlier, longer call. Under a KV cache
+    each call therefore has its own centre and a cached key's factor no longer cancels a new
+    query's: pass the same ``xpos_centre=`` (an int, e.g. 0) to the prefill and every decode
+    step, and incremental decoding gives the scores of the full pass.
     """
 
     def __init__(
@@ -197,11 +335,12 @@ class RotaryEmbedding(nn.Module):
         interleaved: bool = True,
         scaling: Mapping | None = None,
         partial_rotary_factor: float = 1.0,
+        xpos_scale_base: float | None = None,
     ) -> None:
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, minimum=2)
         self.base = check_float("base", base, positive=True)
-        self.interleaved = bool(interleaved)
+        self.interleaved = _check_bool("interleaved", interleaved)
         if scaling is not None and not isinstance(scaling, Mapping):
             raise TypeError(f"scaling must be None or a dict, got {type(scaling).__name__}")
         self.scaling = dict(scaling or {})
@@ -214,15 +353,25 @@ class RotaryEmbedding(nn.Module):
             )
         if p != 1.0:
             self.scaling["partial_rotary_factor"] = p
+        self.xpos_scale_base = (
+            None if xpos_scale_base is None
+            else check_float("xpos_scale_base", xpos_scale_base, positive=True)
+        )  # fmt: skip
         # every key is checked now, not at the first forward
         inv_freq, self.attention_factor = rope_inv_freq(head_dim, base=base, scaling=self.scaling)
         self.rope_type = self.scaling.get("rope_type") or self.scaling.get("type") or "default"
         self.original_len = rope_switch_len(self.scaling)  # None for the static types
         self.freq_len = self.original_len  # the seq_len inv_freq is computed for
-        self.rotary_dim = 2 * inv_freq.numel()
+        self.rotary_dim = rd = 2 * inv_freq.numel()
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # [rd/2]
-        self.register_buffer("cos_cached", torch.empty(0, self.rotary_dim), persistent=False)
-        self.register_buffer("sin_cached", torch.empty(0, self.rotary_dim), persistent=False)
+        self.register_buffer("cos_cached", torch.empty(0, rd), persistent=False)  # [n, rd]
+        self.register_buffer("sin_cached", torch.empty(0, rd), persistent=False)
+        # interleaved: cos + i sin per pair, [n, rd/2] complex64 (Meta's freqs_cis)
+        self.register_buffer("cis_cached", torch.empty(0, rd // 2, dtype=torch.complex64),
+                             persistent=False)  # fmt: skip
+        self.register_buffer("sin_signed_cached", torch.empty(0, rd), persistent=False)  # half
+        zeta = (torch.arange(0, rd, 2, dtype=torch.float32) + 0.4 * rd) / (1.4 * rd)  # [rd/2]
+        self.register_buffer("xpos_zeta", zeta, persistent=False)
 
     def _freq_len_for(self, seq_len: int) -> int | None:
         """The ``seq_len`` inv_freq must be computed for after a call of ``seq_len`` (HF rules)."""
@@ -237,20 +386,48 @@ class RotaryEmbedding(nn.Module):
         return cur  # static types, or dynamic between L and the longest length seen
 
     def _refresh(self, seq_len: int, device: torch.device) -> None:
-        freq_len = self._freq_len_for(seq_len)
-        if freq_len != self.freq_len:
-            inv_freq, self.attention_factor = rope_inv_freq(
-                self.head_dim, base=self.base, scaling=self.scaling, seq_len=freq_len
-            )
-            self.inv_freq = inv_freq.to(self.inv_freq.device)
-            self.freq_len = freq_len
-            self.cos_cached = self.cos_cached[:0]  # stale: rebuilt below
-        if seq_len > self.cos_cached.shape[0] or self.cos_cached.device != device:
-            n = max(seq_len, 2 * self.cos_cached.shape[0], 64)
+        if self.original_len is not None:
+            freq_len = self._freq_len_for(seq_len)
+            if freq_len != self.freq_len:
+                inv_freq, self.attention_factor = rope_inv_freq(
+                    self.head_dim, base=self.base, scaling=self.scaling, seq_len=freq_len
+                )
+                self.inv_freq = inv_freq.to(self.inv_freq.device)
+                self.freq_len = freq_len
+                self.cos_cached = self.cos_cached[:0]  # stale: rebuilt below
+        cached = self.cos_cached
+        if seq_len > cached.shape[0] or cached.device != device:
+            n = max(seq_len, 2 * cached.shape[0], 64)
             self.cos_cached, self.sin_cached = rope_cos_sin(
                 torch.arange(n, device=device), self.inv_freq.to(device),
                 interleaved=self.interleaved, attention_factor=self.attention_factor,
             )  # [n, rd] float32
+            if self.interleaved:
+                self.cis_cached = torch.complex(self.cos_cached[:, 0::2], self.sin_cached[:, 0::2])
+            else:  # [-sin, sin]: x cos + roll(x) * this is the half-layout rotation
+                s = self.sin_cached[:, : self.rotary_dim // 2]
+                self.sin_signed_cached = torch.cat([-s, s], dim=-1)
+
+    def _check_positions(self, positions: object, q: Tensor) -> tuple[Tensor, int]:
+        """Validate ``positions`` for ``q``; return them on q's device and their maximum."""
+        check_positions("positions", positions)
+        assert isinstance(positions, Tensor)
+        seq = q.shape[-2]
+        if positions.shape[-1] != seq:
+            raise ValueError(
+                f"positions must have {seq} entries per row (q's seq length), "
+                f"got shape {tuple(positions.shape)}"
+            )
+        if positions.dim() == 2:
+            if q.dim() < 3 or positions.shape[0] not in (1, q.shape[0]):
+                raise ValueError(
+                    f"positions of shape {tuple(positions.shape)} ([B, L]) need q of shape "
+                    f"[B, (H,) L, head_dim] with the same B (or B = 1), got q {tuple(q.shape)}"
+                )
+        if positions.numel() == 0:
+            return positions.to(q.device), -1
+        hi = int(positions.max())  # check_positions has checked >= 0
+        return positions.to(q.device), hi
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """``cos``/``sin`` for ``positions [L]`` or ``[B, L]``, each ``[..., L, rotary_dim]`` float32.
@@ -267,40 +444,110 @@ class RotaryEmbedding(nn.Module):
         self._refresh(int(positions.max()) + 1, positions.device)
         return self.cos_cached[positions], self.sin_cached[positions]
 
+    def _xpos(self, positions: Tensor, centre: int) -> Tensor:
+        """xPos scale ``zeta ** ((positions - centre) / scale_base)``, ``[..., L, rd]`` float32."""
+        power = (positions.to(torch.float32) - centre) / self.xpos_scale_base  # [..., L]
+        s = self.xpos_zeta.to(positions.device) ** power[..., None]  # [..., L, rd/2]
+        return s.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat([s, s], dim=-1)
+
     def forward(
-        self, q: Tensor, k: Tensor, positions: Tensor | None = None, offset: int = 0
+        self,
+        q: Tensor,
+        k: Tensor,
+        positions: Tensor | None = None,
+        offset: int = 0,
+        *,
+        xpos_centre: int | None = None,
     ) -> tuple[Tensor, Tensor]:
+        """Rotate ``q [..., Hq, L, head_dim]`` and ``k [..., Hk, L, head_dim]``; see the class doc.
+
+        ``positions`` (``[L]`` or ``[B, L]`` integers) or ``offset`` (an int: positions
+        ``offset + arange(L)``), not both. ``xpos_centre`` (xPos only): the centre of the
+        scale, ``L // 2`` when None. Returns the rotated ``(q, k)`` in their dtypes.
+        """
         check_tensor("q", q, floating=True, min_dim=2)
         check_tensor("k", k, floating=True, min_dim=2)
-        if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
+        qs, ks = q.shape, k.shape
+        if qs[-1] != self.head_dim or ks[-1] != self.head_dim:
             raise ValueError(
-                f"q and k must end in head_dim={self.head_dim}, got {tuple(q.shape)} and {tuple(k.shape)}"
+                f"q and k must end in head_dim={self.head_dim}, got {tuple(qs)} and {tuple(ks)}"
             )
-        if q.shape[-2] != k.shape[-2]:
+        if qs[-2] != ks[-2]:
             raise ValueError(
-                f"q and k must have the same seq length here, got {q.shape[-2]} and {k.shape[-2]}; "
+                f"q and k must have the same seq length here, got {qs[-2]} and {ks[-2]}; "
                 "rotate cached keys when they are written, then pass only the new ones"
             )
-        offset = check_int("offset", offset, minimum=0)
-        seq = q.shape[-2]
+        if len(qs) != len(ks) or qs[:-3] != ks[:-3]:
+            raise ValueError(
+                f"q and k shapes must agree except in the head count (dim -3), got "
+                f"{tuple(qs)} and {tuple(ks)}"
+            )
+        if type(offset) is not int or offset < 0:
+            offset = check_int("offset", offset, minimum=0)
+        if xpos_centre is not None:
+            xpos_centre = check_int("xpos_centre", xpos_centre)
+            if self.xpos_scale_base is None:
+                raise ValueError("xpos_centre is given but xpos_scale_base is None (xPos is off)")
+        seq = qs[-2]
+        cis = None
+        if positions is None:
+            end = offset + seq
+            if seq == 0:  # nothing to rotate; no frequency update
+                return q.clone(), k.clone()
+            self._refresh(end, q.device)
+            if (  # the decode fast path: slices of the cached tables, fewest kernels
+                self.xpos_scale_base is None
+                and self.rotary_dim == self.head_dim and q.dtype == k.dtype == torch.float32
+                and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad))
+            ):  # fmt: skip
+                if self.interleaved:
+                    cis = self.cis_cached[offset:end]  # [L, rd/2]: one complex multiply each
+                    return _complex_rotate(q, cis), _complex_rotate(k, cis)
+                if q.numel() + k.numel() <= 1 << 16:  # small (decode): 3 kernels beat 3 passes
+                    c, ss = self.cos_cached[offset:end], self.sin_signed_cached[offset:end]
+                    h = self.rotary_dim // 2  # roll(h) turns [xa, xb] into [xb, xa]
+                    return (torch.addcmul(q * c, q.roll(h, -1), ss),
+                            torch.addcmul(k * c, k.roll(h, -1), ss))  # fmt: skip
+            cos, sin = self.cos_cached[offset:end], self.sin_cached[offset:end]  # [L, rd] views
+            if self.interleaved:
+                cis = self.cis_cached[offset:end]  # [L, rd/2]
+        else:
+            if offset:
+                raise ValueError(
+                    f"give positions or offset, not both (got offset={offset} with positions); "
+                    "add the offset to the positions"
+                )
+            positions, hi = self._check_positions(positions, q)
+            if hi < 0:
+                return q.clone(), k.clone()
+            self._refresh(hi + 1, q.device)
+            cos, sin = self.cos_cached[positions], self.sin_cached[positions]  # [..., L, rd]
+            if self.interleaved:
+                cis = self.cis_cached[positions]
+            if cos.dim() == 3 and q.dim() == 4:
+                cos, sin = cos[:, None], sin[:, None]  # [B, 1, L, rd]: broadcast over heads
+                cis = None if cis is None else cis[:, None]
+        if self.xpos_scale_base is None:
+            return (
+                _rope(q, cos, sin, self.interleaved, cis),
+                _rope(k, cos, sin, self.interleaved, cis),
+            )
         if positions is None:
             positions = torch.arange(offset, offset + seq, device=q.device)  # [L]
-        check_positions("positions", positions)
-        if positions.shape[-1] != seq:
-            raise ValueError(f"positions must have {seq} entries per row, got shape {tuple(positions.shape)}")
-        cos, sin = self.cos_sin(positions.to(q.device))  # [L, rd] or [B, L, rd]
-        if cos.dim() == 3 and q.dim() == 4:
-            cos, sin = cos[:, None], sin[:, None]  # [B, 1, L, rd]: broadcast over heads
+        scale = self._xpos(positions, seq // 2 if xpos_centre is None else xpos_centre)
+        if scale.dim() == 3 and q.dim() == 4:
+            scale = scale[:, None]  # [B, 1, L, rd]
         return (
-            apply_rope(q, cos, sin, interleaved=self.interleaved),
-            apply_rope(k, cos, sin, interleaved=self.interleaved),
+            _rope(q, cos * scale, sin * scale, self.interleaved),
+            _rope(k, cos / scale, sin / scale, self.interleaved),
         )
 
     def extra_repr(self) -> str:
+        xpos = "" if self.xpos_scale_base is None else f", xpos_scale_base={self.xpos_scale_base}"
         return (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
             f"interleaved={self.interleaved}, rope_type={self.rope_type!r}, "
-            f"attention_factor={self.attention_factor}"
+            f"attention_factor={self.attention_factor}{xpos}"
         )
 
     @classmethod

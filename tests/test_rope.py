@@ -173,3 +173,105 @@ def test_convert_rope_weight_partial_keeps_pass_through_channels():
     w = torch.arange(24.0)[:, None]  # 2 heads x 12 channels
     out = convert_rope_weight(w, 2, rotary_dim=4)
     assert out[:12, 0].tolist() == [0, 2, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+
+
+# --- the fast paths: autograd function, low precision, decode, strides -------------------------
+
+
+def textbook(x, cos, sin, interleaved):
+    """x cos + turn(x) sin with plain autograd, partial rotary by concatenation."""
+    rd = cos.shape[-1]
+    turn = rotate_every_two if interleaved else rotate_half
+    y = x[..., :rd] * cos + turn(x[..., :rd]) * sin
+    return torch.cat([y, x[..., rd:]], -1)
+
+
+# (x shape, positions shape, rotary_dim): plain, broadcast [B, 1, L, rd], partial rotary, 3-D
+GRAD_CASES = [((2, 3, 5, 8), (5,), 8), ((2, 3, 5, 8), (2, 5), 8), ((1, 2, 4, 12), (4,), 8),
+              ((3, 4, 6), (3, 4), 6)]  # fmt: skip
+
+
+def tables(pos_shape, rd, interleaved, dtype=torch.float64):
+    pos = torch.arange(math.prod(pos_shape)).reshape(pos_shape) * 7
+    inv_freq, _ = rope_inv_freq(rd)
+    cos, sin = rope_cos_sin(pos, inv_freq, interleaved=interleaved, dtype=dtype)
+    return (cos[:, None], sin[:, None]) if len(pos_shape) == 2 and rd == 8 else (cos, sin)
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("shape, pos_shape, rd", GRAD_CASES)
+def test_gradcheck_and_grads_equal_textbook_autograd(interleaved, shape, pos_shape, rd):
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    cos, sin = tables(pos_shape, rd, interleaved)
+    f = lambda x: apply_rope(x, cos, sin, interleaved=interleaved)  # noqa: E731
+    assert torch.autograd.gradcheck(f, (x,))
+    assert torch.autograd.gradgradcheck(f, (x,))
+    g = torch.randn(shape, dtype=torch.float64)
+    (gx,) = torch.autograd.grad(f(x), x, g)
+    (want,) = torch.autograd.grad(textbook(x, cos, sin, interleaved), x, g)
+    torch.testing.assert_close(gx, want)
+    x32, g32 = x.detach().float().requires_grad_(), g.float()  # the float32 kernels too
+    y32 = apply_rope(x32, cos.float(), sin.float(), interleaved=interleaved)
+    (gx32,) = torch.autograd.grad(y32, x32, g32)
+    torch.testing.assert_close(gx32, want.float())
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_backward_saves_no_activation(interleaved):
+    """The autograd node holds cos/sin only: nothing of x's size stays alive for backward."""
+    x = torch.randn(2, 4, 16, 8, requires_grad=True)
+    cos, sin = tables((16,), 8, interleaved, dtype=torch.float32)
+    y = apply_rope(x, cos, sin, interleaved=interleaved)
+    saved = [t for t in y.grad_fn.saved_tensors if t is not None]
+    assert saved and all(t.numel() <= cos.numel() for t in saved)
+
+
+def test_gradients_reach_cos_and_sin_when_they_require_grad():
+    x = torch.randn(2, 6, 8, dtype=torch.float64, requires_grad=True)
+    cos, sin = tables((6,), 8, False)
+    cos, sin = cos.clone().requires_grad_(), sin.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, c, s: apply_rope(x, c, s, interleaved=False), (x, cos, sin))
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_is_float32_math_rounded_once(dtype, interleaved):
+    x = torch.randn(2, 3, 40, 16).to(dtype)
+    cos, sin = tables((40,), 16, interleaved, dtype=torch.float32)
+    y = apply_rope(x, cos, sin, interleaved=interleaved)
+    once = textbook(x.double(), cos.double(), sin.double(), interleaved).to(dtype)
+    eps = torch.finfo(dtype).eps
+    # within one rounding of the exact result (fused float32 vs float64 math may differ by 1 ulp)
+    assert ((y.double() - once.double()).abs() <= eps * once.double().abs() + 1e-30).all()
+    if interleaved:  # bit for bit Meta's form: float32 complex multiply, then cast
+        freqs = torch.complex(cos[:, 0::2], sin[:, 0::2])
+        meta = torch.view_as_real(torch.view_as_complex(x.float().unflatten(-1, (-1, 2))) * freqs)
+        assert torch.equal(y, meta.flatten(-2).to(dtype))
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_decode_fast_path_equals_positions_path(interleaved):
+    rot = RotaryEmbedding(32, interleaved=interleaved)
+    q, k = torch.randn(2, 1, 4, 1, 32).unbind(0)
+    a = rot(q, k, offset=1000)
+    b = rot(q, k, positions=torch.tensor([1000]))
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(a[0], rope(q, torch.tensor([1000]), interleaved), atol=1e-5, rtol=1e-5)
+    with torch.inference_mode():
+        torch.testing.assert_close(rot(q, k, offset=1000), a)
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_strided_inputs(interleaved, dtype):
+    """q as projections produce it ([B, L, H, D] transposed), grouped-query k, odd head_dim."""
+    rot = RotaryEmbedding(16, interleaved=interleaved)
+    q = torch.randn(2, 7, 4, 16).to(dtype).transpose(1, 2)  # [B, H, L, D], not contiguous
+    k = torch.randn(2, 7, 2, 16).to(dtype).transpose(1, 2)  # 2 kv heads
+    q1, k1 = rot(q, k)
+    q2, k2 = rot(q.contiguous(), k.contiguous())
+    torch.testing.assert_close((q1, k1), (q2, k2), rtol=0, atol=0)
+    x = torch.randn(2, 5, 13)  # odd head_dim, partial rotary on the first 8 channels
+    cos, sin = tables((5,), 8, interleaved, dtype=torch.float32)
+    torch.testing.assert_close(apply_rope(x, cos, sin, interleaved=interleaved),
+                               textbook(x, cos, sin, interleaved))  # fmt: skip
