@@ -1,0 +1,88 @@
+"""Checker for chapter 4 (RoPE): rotary embedding built from explicit 2x2 rotations.
+
+Channel pair ``(x_2i, x_2i+1)`` of the token at position ``m`` is rotated by the angle
+``m * theta_i`` with ``theta_i = base^(-2i/d)`` (Su et al., 2021, "RoFormer: Enhanced Transformer
+with Rotary Position Embedding", eq. 13-15): the interleaved layout of ``posenc.apply_rope``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+import posenc
+
+from . import attempt, compare, verdict
+
+__all__ = ["check_rope"]
+
+
+def _fail(hint: str, setting: str) -> bool:
+    """``✗ hint`` wrapped to fit a page's output block, then the input that showed it."""
+    lines = textwrap.wrap(hint, 76, subsequent_indent="  ") + [f"  (input: {setting})"]
+    return verdict(False, "\n".join(lines))
+
+
+def _rope(x: Tensor, positions: Tensor, base: float, *, interleaved: bool = True,
+          sign: float = 1.0, angle_scale: float = 1.0, exponent: float = 2.0) -> Tensor:
+    """RoPE with one slip: half layout, the angle's sign, its scale, or the exponent 2i/d."""
+    d = x.shape[-1]
+    i = torch.arange(d // 2, dtype=torch.float64)  # pair index
+    inv_freq = (angle_scale * base ** (-exponent * i / d)).float()  # [d/2]
+    cos, sin = posenc.rope_cos_sin(positions, inv_freq, interleaved=interleaved)  # [L, d]
+    return posenc.apply_rope(x, cos, sign * sin, interleaved=interleaved)
+
+
+_SLIPS = {
+    "pairs are (i, i + d/2), the half layout: here a pair is two neighbouring channels "
+    "(2i, 2i + 1)": {"interleaved": False},
+    "the angle has the wrong sign: R(a) = [[cos a, -sin a], [sin a, cos a]] turns "
+    "(1, 0) towards (0, 1)": {"sign": -1.0},
+    "the angles are twice too large: theta_i = base^(-2i/d), angle = position * theta_i":
+        {"angle_scale": 2.0},
+    "the angles are half as large as they should be: angle = position * theta_i":
+        {"angle_scale": 0.5},
+    "a factor of 2 in the frequency: theta_i = base^(-2i/d) for pair i, you used "
+    "base^(-i/d)": {"exponent": 1.0},
+    "a factor of 2 in the frequency: theta_i = base^(-2i/d) for pair i (i counts pairs, "
+    "not channels), you used base^(-4i/d)": {"exponent": 4.0},
+}
+
+
+def check_rope(fn: Callable[[Tensor, Tensor, float], Tensor]) -> bool:
+    """Check ``fn(x, positions, base) -> Tensor``: ``x`` is ``[L, d]`` (one head, ``d`` even),
+    ``positions`` a ``[L]`` integer tensor; pair ``(2i, 2i+1)`` of row ``l`` is rotated by
+    ``positions[l] * base^(-2i/d)``. Compared with ``posenc.apply_rope`` (interleaved)."""
+    gen = torch.Generator().manual_seed(4)
+    cases = [(6, 8, torch.arange(6), 10000.0),
+             (5, 16, torch.randint(0, 200, (5,), generator=gen), 10000.0),
+             (7, 4, torch.randint(0, 50, (7,), generator=gen), 100.0)]
+    for L, d, positions, base in cases:
+        x = torch.randn(L, d, generator=gen)
+        setting = f"L={L}, d={d}, positions={positions.tolist()}, base={base:g}"
+        x_in = x.clone()
+        got, error = attempt(fn, x_in, positions.clone(), base)
+        if error:
+            return _fail(error, setting)
+        inv_freq, _ = posenc.rope_inv_freq(d, base=base)
+        want = posenc.apply_rope(x, *posenc.rope_cos_sin(positions, inv_freq))  # [L, d]
+        problem = compare(got, want, what="the rotated x", atol=1e-4, rtol=1e-4)
+        if problem is None:
+            if not torch.equal(x_in, x):
+                return _fail("the result is right, but your function changed x in place; "
+                             "return a new tensor instead", setting)
+            continue
+        if isinstance(got, Tensor) and got.shape == want.shape and got.is_floating_point():
+            g = got.detach().double().cpu()
+            if torch.allclose(g, x.double(), atol=1e-5):
+                return _fail("x came back unrotated", setting)
+            for slip, kwargs in _SLIPS.items():
+                if torch.allclose(g, _rope(x, positions, base, **kwargs).double(), atol=1e-4,
+                                  rtol=1e-4):
+                    return _fail(slip, setting)
+        return _fail(problem, setting)
+    return verdict(True, "your 2x2 rotations equal posenc.apply_rope (interleaved pairs)\n"
+                   "  for every size, position and base tried")
