@@ -113,9 +113,12 @@ def check_device(name: str, value: object, *, available: bool = False) -> torch.
             f"{name} must be None, a str or a torch.device, got {value!r} ({type(value).__name__})"
         )
     if available and device.type in ("cuda", "mps", "xpu"):
-        backend = torch.backends.mps if device.type == "mps" else getattr(torch, device.type, None)
-        ok = backend is not None and backend.is_available()
-        count = 1 if device.type == "mps" else (backend.device_count() if ok else 0)
+        if device.type == "mps":
+            ok, count = torch.backends.mps.is_available(), 1
+        else:
+            backend = getattr(torch, device.type, None)  # torch.cuda or torch.xpu
+            ok = backend is not None and backend.is_available()
+            count = backend.device_count() if backend is not None and ok else 0
         if not ok or (device.index is not None and device.index >= count):
             raise ValueError(
                 f"{name}={value!r} is not available on this machine ({device.type} devices: "

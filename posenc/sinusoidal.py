@@ -73,6 +73,8 @@ class SinusoidalPositionalEmbedding(nn.Module):
     integers; not both) serve cached decoding and left padding.
     """
 
+    table: Tensor  # [N, dim] buffer, grown on demand
+
     def __init__(
         self,
         dim: int,

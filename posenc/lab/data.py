@@ -106,7 +106,11 @@ def _read_snapshot() -> dict[str, bytes]:
             "damaged or was replaced; reinstall posenc"
         )
     with tarfile.open(fileobj=io.BytesIO(lzma.decompress(blob)), mode="r:") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        return {
+            m.name: f.read()
+            for m in tar.getmembers()
+            if m.isfile() and (f := tar.extractfile(m)) is not None  # never None for a file
+        }
 
 
 def stdlib_path(module: str, root=None):

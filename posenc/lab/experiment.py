@@ -12,6 +12,7 @@ import os
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -196,7 +197,7 @@ def run_extrapolation(
     base = TrainConfig() if base is None else base
     if not isinstance(base, TrainConfig):
         raise TypeError(f"base must be a TrainConfig or None, got {type(base).__name__}")
-    changes = {}
+    changes: dict[str, Any] = {}
     if train_len is not None:
         changes["train_len"] = check_int("train_len", train_len, minimum=1)
     if steps is not None:
@@ -254,6 +255,7 @@ def run_extrapolation(
                     cfg, corpus=corpus, device=device, progress=progress, cache=cache, threads=threads
                 )
             if found is None:
+                assert model is not None  # for the type checkers: trained just above
                 results = evaluate(model, corpus.val, eval_lens, num_tokens=num_tokens, threads=threads)
                 found = results, model.train_seconds
                 if cache:

@@ -23,6 +23,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -202,7 +203,8 @@ def fingerprint(model: TransformerLM) -> str:
 
 
 def _optimizer(model: TransformerLM, cfg: FineTuneConfig) -> torch.optim.Optimizer:
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         in_block = name.startswith("blocks.") and ".scheme." not in name
         (decay if in_block and p.dim() == 2 else no_decay).append(p)
@@ -217,6 +219,7 @@ def _loss(model: TransformerLM, cfg: FineTuneConfig, step: int, data: Tensor | N
           gen: torch.Generator, device: torch.device) -> Tensor:
     """The training loss of one step (see :func:`fine_tune`)."""
     if cfg.task == "lm":
+        assert data is not None  # _fine_tune_setup gives the lm task its training bytes
         x, y = random_windows(data, cfg.batch_size, cfg.length, generator=gen)
         x, y = x.to(device), y.to(device)
         return F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
@@ -450,7 +453,7 @@ def _fine_tune_job(job: dict, cache_path: str, threads: int | None) -> tuple[flo
     return r.train_seconds, r.from_cache
 
 
-def _is_cached(job: dict) -> bool:
+def _is_cached(job: Mapping[str, Any]) -> bool:
     net, _ = unwrap(job["model"])
     args = {k: v for k, v in job.items() if k not in ("model", "device", "progress", "cache", "threads")}
     cfg, _, corpus_sha = _fine_tune_setup(job["model"], **{**_SETUP_DEFAULTS, **args})

@@ -73,7 +73,7 @@ def use_book_style() -> None:
     import matplotlib.pyplot as plt
 
     _register_colormaps()
-    plt.rcParams.update(BOOK_STYLE)
+    plt.style.use(BOOK_STYLE)  # rcParams.update for these keys; typed to take a dict[str, Any]
 
 
 def figure(nrows: int = 1, ncols: int = 1, *, height: float = HEIGHT, **kwargs: Any):

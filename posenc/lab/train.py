@@ -93,7 +93,8 @@ def make_optimizer(model: TransformerLM, config: TrainConfig) -> torch.optim.Opt
     """AdamW (betas 0.9, 0.95) with ``config.weight_decay`` on the blocks' matrices only."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         in_block = name.startswith("blocks.") and ".scheme." not in name
         (decay if in_block and p.dim() == 2 else no_decay).append(p)
