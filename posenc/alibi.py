@@ -32,6 +32,12 @@ def alibi_slopes(num_heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return value
+
+
 def _check_lengths(q_len: object, k_len: object) -> tuple[int, int]:
     q_len = check_int("q_len", q_len, minimum=0)
     k_len = q_len if k_len is None else check_int("k_len", k_len, minimum=0)
@@ -49,6 +55,7 @@ def relative_distance(
     A slope times this is the ALiBi bias, in one multiply.
     """
     q_len, k_len = _check_lengths(q_len, k_len)
+    causal = _check_bool("causal", causal)
     j = torch.arange(k_len, dtype=torch.float32, device=device)  # [Lk]
     rel = j[None, :] - j[k_len - q_len :, None]  # [Lq, Lk]  j - i
     if causal:
@@ -118,6 +125,7 @@ def alibi_bias_padded(
     k_len = mask.shape[-1]
     q_len, k_len = _check_lengths(k_len if q_len is None else q_len, k_len)
     dtype = check_dtype("dtype", dtype)
+    causal = _check_bool("causal", causal)
     if position_ids is None:
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, Lk]
     else:

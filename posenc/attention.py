@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import check_float, check_int, check_positions, check_tensor
+from .alibi import _check_bool
 from .schemes import NoPE, PositionScheme, make_scheme
 
 BACKENDS = ("sdpa", "math", "flex")
@@ -190,6 +191,7 @@ def attend(
         raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    causal = _check_bool("causal", causal)
     dropout_p = _check_dropout("dropout_p", dropout_p)
     scheme = scheme if scheme is not None else _NOPE
     offset = len(cache) if cache is not None else 0
@@ -268,9 +270,20 @@ class MultiHeadAttention(nn.Module):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.head_dim = dim // num_heads
-        self.causal, self.backend = bool(causal), backend
+        self.causal, self.backend = _check_bool("causal", causal), backend
         self.dropout = _check_dropout("dropout", dropout)
         self.scheme = make_scheme(scheme, dim=dim, num_heads=num_heads, max_len=max_len, causal=causal)
+        heads = getattr(self.scheme, "num_heads", None)
+        if heads is not None and heads != num_heads:
+            raise ValueError(
+                f"scheme {self.scheme.name!r} was built for {heads} heads, but num_heads={num_heads}"
+            )
+        rotary = getattr(self.scheme, "rotary", None)
+        if rotary is not None and rotary.head_dim != self.head_dim:
+            raise ValueError(
+                f"scheme 'rope' rotates head_dim={rotary.head_dim}, but dim // num_heads = "
+                f"{dim} // {num_heads} = {self.head_dim}"
+            )
         self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
         self.proj = nn.Linear(dim, dim, bias=bias)
 

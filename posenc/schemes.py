@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_dtype, check_int, check_tensor
-from .alibi import _check_lengths, alibi_bias, alibi_score_mod, alibi_slopes, relative_distance
+from .alibi import _check_bool, _check_lengths, alibi_bias, alibi_score_mod, alibi_slopes, relative_distance
 from .learned import LearnedPositionalEmbedding
 from .rope import RotaryEmbedding
 from .sinusoidal import SinusoidalPositionalEmbedding
@@ -92,6 +92,7 @@ class PositionScheme(nn.Module):
         """The float mask SDPA takes: ``bias`` plus ``-inf`` on future keys when ``causal``,
         ``[1, H, q_len, k_len]`` in ``dtype``; ``None`` when the scheme has no bias."""
         q_len, k_len = _check_lengths(q_len, k_len)
+        causal = _check_bool("causal", causal)
         dtype = check_dtype("dtype", dtype) or torch.float32
         bias = self.bias(q_len, k_len, causal=causal)  # [H, Lq, Lk] or None
         if bias is None:
@@ -176,6 +177,7 @@ class _CachedMask(PositionScheme):
         device: torch.device | str | None = None,
     ) -> Tensor:
         q_len, k_len = _check_lengths(q_len, k_len)
+        causal = _check_bool("causal", causal)
         dtype = check_dtype("dtype", dtype) or torch.float32
         device = torch.device(device) if device is not None else self._device()
         if any(p.requires_grad for p in self.parameters()) and torch.is_grad_enabled():
@@ -232,6 +234,7 @@ class T5Bias(_CachedMask):
         super().__init__()
         _check_kwargs("T5Bias", T5RelativeBias, kwargs)
         self.rel = T5RelativeBias(num_heads, **kwargs)
+        self.num_heads = self.rel.num_heads
 
     def bias(self, q_len: int, k_len: int, *, causal: bool = True) -> Tensor:
         return self.rel(q_len, k_len)
