@@ -46,7 +46,7 @@ def _check_lengths(q_len: object, k_len: object) -> tuple[int, int]:
     return q_len, k_len
 
 
-def relative_distance(
+def _distance(
     q_len: int, k_len: int, *, causal: bool = True, device: torch.device | str | None = None
 ) -> Tensor:
     """Float32 ``[q_len, k_len]`` holding ``j - i`` (queries are the last ``q_len`` keys).
@@ -85,7 +85,7 @@ def alibi_bias(
     q_len, k_len = _check_lengths(q_len, k_len)
     dtype = check_dtype("dtype", dtype)
     slopes = alibi_slopes(num_heads).to(device)  # [H]
-    rel = relative_distance(q_len, k_len, causal=causal, device=device)  # [Lq, Lk]
+    rel = _distance(q_len, k_len, causal=causal, device=device)  # [Lq, Lk]
     bias = slopes[:, None, None] * rel  # [H, Lq, Lk]; m_h > 0, so -inf stays -inf
     return bias.to(dtype or torch.get_default_dtype())
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_dtype, check_int, check_tensor
-from .alibi import _check_bool, _check_lengths, alibi_bias, alibi_score_mod, alibi_slopes, relative_distance
+from .alibi import _check_bool, _check_lengths, _distance, alibi_bias, alibi_score_mod, alibi_slopes
 from .learned import LearnedPositionalEmbedding
 from .rope import RotaryEmbedding
 from .sinusoidal import SinusoidalPositionalEmbedding
@@ -214,7 +214,7 @@ class ALiBi(_CachedMask):
         return self.slopes.device
 
     def _build(self, q_len: int, k_len: int, causal: bool, device) -> Tensor:
-        rel = relative_distance(q_len, k_len, causal=causal, device=device)  # [Lq, Lk]
+        rel = _distance(q_len, k_len, causal=causal, device=device)  # [Lq, Lk]
         return self.slopes.to(device, torch.float32)[:, None, None] * rel  # [H, Lq, Lk]
 
     def score_mod(self, q_offset: int) -> Callable:
