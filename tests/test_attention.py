@@ -168,3 +168,20 @@ def test_bias_schemes_train_through_attend():
         if name == "t5":
             g = mha.scheme.rel.embedding.weight.grad
             assert g is not None and g.abs().sum() > 0 and torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("q_len,k_len", [(300, 300), (260, 400), (1000, 1000)])
+@pytest.mark.parametrize("name", ["alibi", "t5"])
+def test_long_causal_bias_pass_in_query_blocks_equals_one_sdpa_call(name, q_len, k_len):
+    """attend splits a long causal biased pass into query blocks; same result as one call."""
+    torch.manual_seed(0)
+    scheme = make_scheme(name, num_heads=2)
+    q = torch.randn(2, 2, q_len, 8)
+    k, v = torch.randn(2, 2, 2, k_len, 8).unbind(0)
+    p = k_len - q_len  # cached tokens
+    cache = KVCache()
+    cache.update(k[:, :, :p], v[:, :, :p])
+    with torch.no_grad():
+        out = attend(q, k[:, :, p:], v[:, :, p:], scheme, cache=cache)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=scheme.attn_mask(q_len, k_len))
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
