@@ -7,8 +7,10 @@ round-robin in one run (medians): ``posenc.attend`` with ALiBi and with T5 (the 
 the scheme after the first call, as in a model's every layer and step), the floor they aim at
 (SDPA given a precomputed ``[1, H, L, L]`` float mask, = 1.00x), FlexAttention with
 ``alibi_score_mod`` (compiled once per shape before timing), and ``alibi_bias`` alone (building
-the ``[H, L, L]`` bias). Peak memory is the kernel's high-water mark of resident memory during
-one call (VmHWM, reset through /proc/self/clear_refs), so it counts SDPA's own allocations.
+the ``[H, L, L]`` bias), and for reference SDPA's ``is_causal`` without any bias (NoPE: the CPU
+kernel skips the future keys, which a float mask does not let it do). Peak memory is the
+kernel's high-water mark of resident memory during one call (VmHWM, reset through
+/proc/self/clear_refs), so it counts SDPA's own allocations.
 
 Eval table: chapter 6's model shape (dim 64, 2 blocks of ``posenc.MultiHeadAttention`` + MLP,
 4 heads), batch 8 x ``--eval-len`` tokens, forward only, one thread; tokens/s relative to NoPE.
@@ -60,7 +62,7 @@ def kernel_table(args) -> None:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, causal, B=1, "
           f"H={args.heads}, Dh={args.head_dim}, float32, forward, median of {args.repeats}")
-    print(f"{'L':>6} {'variant':>22} {'ms':>9} {'x SDPA 4-D':>11} {'peak MiB':>9}")
+    print(f"{'L':>6} {'variant':>23} {'ms':>9} {'x SDPA 4-D':>11} {'peak MiB':>9}")
     alibi, t5 = ALiBi(args.heads), make_scheme("t5", num_heads=args.heads)
     for L in args.lens:
         q, k, v = torch.randn(3, 1, args.heads, L, args.head_dim).unbind(0)
@@ -68,6 +70,9 @@ def kernel_table(args) -> None:
         run = {
             "SDPA + 4-D mask": lambda q=q, k=k, v=v, m=mask: F.scaled_dot_product_attention(
                 q, k, v, attn_mask=m
+            ),
+            "SDPA is_causal, no bias": lambda q=q, k=k, v=v: F.scaled_dot_product_attention(
+                q, k, v, is_causal=True
             ),
             "posenc.attend ALiBi": lambda q=q, k=k, v=v: attend(q, k, v, alibi),
             "posenc.attend T5": lambda q=q, k=k, v=v: attend(q, k, v, t5),
@@ -83,10 +88,10 @@ def kernel_table(args) -> None:
             mem = {name: peak_extra_bytes(fn) for name, fn in run.items()}
         base = t["SDPA + 4-D mask"]
         for name in run:
-            print(f"{L:>6} {name:>22} {t[name] * 1e3:>9.1f} {t[name] / base:>10.2f}x "
+            print(f"{L:>6} {name:>23} {t[name] * 1e3:>9.1f} {t[name] / base:>10.2f}x "
                   f"{mem[name] / 2**20:>9.1f}")
         cached = args.heads * L * L * 4 / 2**20
-        print(f"{L:>6} {'(mask held by scheme)':>22} {'':>9} {'':>11} {cached:>9.0f}")
+        print(f"{L:>6} {'(mask held by scheme)':>23} {'':>9} {'':>11} {cached:>9.0f}")
         del mask
 
 
