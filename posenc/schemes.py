@@ -157,9 +157,15 @@ class _CachedMask(PositionScheme):
     """A bias that depends on ``j - i`` only: one ``[1, H, S, S]`` mask, built for the longest
     full pass seen, serves every ``(q_len, k_len)`` with ``k_len <= S`` as a slice (the KV-cache
     rows are its last rows). It is rebuilt when ``dtype``, ``device``, ``causal`` or the
-    parameters change, and never kept while it would carry a gradient."""
+    parameters change, and never kept while it would carry a gradient. It costs
+    ``H * S * S`` elements (32 MiB for 8 heads at S = 1024 in float32); ``clear_cache()``
+    frees it."""
 
     _mask: tuple[tuple, Tensor] | None = None
+
+    def clear_cache(self) -> None:
+        """Drop the cached mask (it is rebuilt on the next call)."""
+        self._mask = None
 
     def _build(self, q_len: int, k_len: int, causal: bool, device) -> Tensor:
         raise NotImplementedError  # [H, Lq, Lk] float32, causal mask folded in
@@ -195,7 +201,11 @@ class _CachedMask(PositionScheme):
 
 
 class ALiBi(_CachedMask):
-    """Press et al. (2022): a per-head linear penalty ``-m_h (i - j)`` on the logits."""
+    """Press et al. (2022): a per-head linear penalty ``-m_h (i - j)`` on the logits.
+
+    ``attn_mask`` caches the bias with the causal mask folded in for the longest full pass seen,
+    ``[1, H, S, S]``, and slices it for shorter passes and KV-cache rows (``clear_cache()``).
+    """
 
     name = "alibi"
 
@@ -225,7 +235,8 @@ class T5Bias(_CachedMask):
     """Raffel et al. (2020): a learned scalar per head and log-spaced distance bucket.
 
     The table is ``rel.embedding.weight [num_buckets, num_heads]``, the name to load Hugging
-    Face T5 weights into (``relative_attention_bias.weight``).
+    Face T5 weights into (``relative_attention_bias.weight``). Outside training (no gradient)
+    ``attn_mask`` caches the masked bias like :class:`ALiBi`, rebuilt when the table changes.
     """
 
     name = "t5"

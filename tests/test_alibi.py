@@ -196,3 +196,12 @@ def test_alibi_scheme_mask_cache_slices_kv_rows():
     torch.testing.assert_close(a.attn_mask(4, 6, causal=False)[0], alibi_bias(4, 4, 6, causal=False))
     half = a.attn_mask(3, 8, dtype=torch.float16)
     assert half.dtype == torch.float16 and half.shape == (1, 4, 3, 8)
+
+
+def test_alibi_clear_cache_frees_the_mask():
+    a = ALiBi(2)
+    a.attn_mask(6, 6)
+    assert a._mask is not None
+    a.clear_cache()
+    assert a._mask is None
+    torch.testing.assert_close(a.attn_mask(2, 6)[0], alibi_bias(2, 2, 6))
