@@ -230,7 +230,7 @@ def attend(
         if causal and q_len == k_len:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
         mask = causal_mask(q_len, k_len, q.device) if causal else None  # [Lq, Lk] bool
-    elif causal and q.device.type == "cpu" and q_len >= 2 * CAUSAL_CHUNK:
+    elif causal and q.device.type == "cpu" and q_len >= 2 * CAUSAL_CHUNK and torch.get_num_threads() == 1:
         return _sdpa_causal_chunks(q, k, v, mask, dropout_p)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
@@ -242,7 +242,10 @@ def _sdpa_causal_chunks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p
     """SDPA with a causal float mask, one block of queries at a time against the keys up to the
     block's last query: the keys after it are ``-inf`` anyway. SDPA's CPU kernel skips the
     future only with ``is_causal``, which takes no bias; this skips it for a biased mask, about
-    half the work for a long pass (blocks of ``max(128, Lq // 8)`` queries)."""
+    half the work for a long pass (blocks of ``max(128, Lq // 8)`` queries). Used with one
+    thread only: with two threads on a busy 2-core machine every extra SDPA call is another
+    point where one thread waits for the other, and the blocks measured 1.4-2.4x slower than
+    one call (benchmarks/README.md)."""
     q_len, k_len = q.shape[-2], k.shape[-2]
     off, chunk = k_len - q_len, max(CAUSAL_CHUNK, q_len // 8)
     out = []

@@ -181,7 +181,13 @@ def test_long_causal_bias_pass_in_query_blocks_equals_one_sdpa_call(name, q_len,
     p = k_len - q_len  # cached tokens
     cache = KVCache()
     cache.update(k[:, :, :p], v[:, :, :p])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the block path is taken with one thread
+    try:
+        with torch.no_grad():
+            out = attend(q, k[:, :, p:], v[:, :, p:], scheme, cache=cache)
+    finally:
+        torch.set_num_threads(threads)
     with torch.no_grad():
-        out = attend(q, k[:, :, p:], v[:, :, p:], scheme, cache=cache)
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=scheme.attn_mask(q_len, k_len))
     torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
