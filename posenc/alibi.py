@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ._checks import check_dtype, check_int, check_tensor
+from ._checks import check_dtype, check_int, check_positions, check_tensor
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -32,6 +32,37 @@ def alibi_slopes(num_heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _check_lengths(q_len: object, k_len: object) -> tuple[int, int]:
+    q_len = check_int("q_len", q_len, minimum=0)
+    k_len = q_len if k_len is None else check_int("k_len", k_len, minimum=0)
+    if k_len < q_len:
+        raise ValueError(f"k_len must be >= q_len={q_len} (queries are the last keys), got {k_len}")
+    return q_len, k_len
+
+
+def _distance(
+    q_len: int, k_len: int, *, causal: bool = True, device: torch.device | str | None = None
+) -> Tensor:
+    """Float32 ``[q_len, k_len]`` holding ``j - i`` (queries are the last ``q_len`` keys).
+
+    ``causal=True`` puts ``-inf`` on future keys (``j > i``); ``causal=False`` gives ``-|i - j|``.
+    A slope times this is the ALiBi bias, in one multiply.
+    """
+    q_len, k_len = _check_lengths(q_len, k_len)
+    causal = _check_bool("causal", causal)
+    j = torch.arange(k_len, dtype=torch.float32, device=device)  # [Lk]
+    rel = j[None, :] - j[k_len - q_len :, None]  # [Lq, Lk]  j - i
+    if causal:
+        return rel.masked_fill_(rel > 0, float("-inf"))
+    return rel.abs_().neg_()
+
+
 def alibi_bias(
     num_heads: int,
     q_len: int,
@@ -46,21 +77,80 @@ def alibi_bias(
     The queries are the last ``q_len`` of the ``k_len`` positions (a KV cache holds the rest).
     ``causal=True`` puts ``-inf`` on future keys, so the bias doubles as the causal mask;
     ``causal=False`` uses the symmetric ``-m_h * |i - j|``. Broadcast it over the batch:
-    it never needs a ``[B, H, L, L]`` copy.
+    it never needs a ``[B, H, L, L]`` copy. Built in float32 from an ``arange`` difference and
+    one multiply, then cast to ``dtype`` (default: torch's default dtype). For left-padded
+    batches see :func:`alibi_bias_padded`.
     """
     num_heads = check_int("num_heads", num_heads, minimum=1)
-    q_len = check_int("q_len", q_len, minimum=0)
-    k_len = q_len if k_len is None else check_int("k_len", k_len, minimum=0)
-    if k_len < q_len:
-        raise ValueError(f"k_len must be >= q_len={q_len} (queries are the last keys), got {k_len}")
+    q_len, k_len = _check_lengths(q_len, k_len)
     dtype = check_dtype("dtype", dtype)
     slopes = alibi_slopes(num_heads).to(device)  # [H]
-    i = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # [Lq, 1] absolute query pos
-    j = torch.arange(k_len, device=device)[None, :]  # [1, Lk]
-    dist = (i - j).to(torch.float32)  # [Lq, Lk]
-    bias = -slopes[:, None, None] * (dist if causal else dist.abs())  # [H, Lq, Lk]
+    rel = _distance(q_len, k_len, causal=causal, device=device)  # [Lq, Lk]
+    bias = slopes[:, None, None] * rel  # [H, Lq, Lk]; m_h > 0, so -inf stays -inf
+    return bias.to(dtype or torch.get_default_dtype())
+
+
+def alibi_bias_padded(
+    num_heads: int,
+    attention_mask: Tensor,
+    *,
+    q_len: int | None = None,
+    position_ids: Tensor | None = None,
+    causal: bool = True,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """ALiBi for a (left-)padded batch: ``[B, num_heads, q_len, k_len]``, mask included.
+
+    ``attention_mask [B, k_len]`` marks real tokens (1/True) and padding (0/False), as in
+    Hugging Face. Key positions are ``position_ids [B, k_len]`` if given, else BLOOM's
+    ``cumsum(attention_mask) - 1`` (padding at 0), so a left-padded row counts from its first
+    real token. The queries are the last ``q_len`` (default ``k_len``) keys. A query at
+    position ``p_i`` gets ``-m_h (p_i - p_j)`` on visible keys (real, and not in the future when
+    ``causal``; ``-m_h |p_i - p_j|`` when not causal) and ``-inf`` elsewhere. Queries that are
+    themselves padding see only their own key (bias 0), so no row is all ``-inf`` (no NaN);
+    ignore their outputs. Softmax probabilities on real queries equal BLOOM's
+    ``build_alibi_tensor`` (``m_h p_j``, a per-row shift of this) plus its causal/padding mask.
+    """
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    check_tensor("attention_mask", attention_mask)
+    if attention_mask.dim() != 2:
+        raise ValueError(
+            f"attention_mask must have shape [B, k_len], got shape {tuple(attention_mask.shape)}"
+        )
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must be a bool or integer tensor, got dtype {attention_mask.dtype}")
+    mask = attention_mask != 0  # [B, Lk]
+    if attention_mask.dtype != torch.bool and not torch.equal(mask, attention_mask == 1):
+        raise ValueError("attention_mask must hold only 0 and 1")
+    k_len = mask.shape[-1]
+    q_len, k_len = _check_lengths(k_len if q_len is None else q_len, k_len)
+    dtype = check_dtype("dtype", dtype)
+    causal = _check_bool("causal", causal)
+    if position_ids is None:
+        pos = (mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, Lk]
+    else:
+        check_positions("position_ids", position_ids)
+        if position_ids.shape != mask.shape:
+            raise ValueError(
+                f"position_ids must have the shape of attention_mask {tuple(mask.shape)}, "
+                f"got {tuple(position_ids.shape)}"
+            )
+        pos = position_ids
+    device = mask.device
+    pos = pos.to(torch.float32)
+    rel = pos[:, None, :] - pos[:, k_len - q_len :, None]  # [B, Lq, Lk]  p_j - p_i
+    if not causal:
+        rel = rel.abs_().neg_()
+    visible = mask[:, None, :]  # [B, 1, Lk]
+    past = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)  # j <= i
+    own = past & ~past.tril(k_len - q_len - 1)  # [Lq, Lk] j == i
     if causal:
-        bias = bias.masked_fill(j > i, float("-inf"))
+        visible = visible & past  # [B, Lq, Lk]
+    pad_query = ~mask[:, k_len - q_len :, None]  # [B, Lq, 1]
+    visible = torch.where(pad_query, own, visible)  # [B, Lq, Lk]
+    rel = rel.masked_fill_(~visible, float("-inf"))
+    slopes = alibi_slopes(num_heads).to(device)  # [H]
+    bias = slopes[None, :, None, None] * rel[:, None]  # [B, H, Lq, Lk]
     return bias.to(dtype or torch.get_default_dtype())
 
 
@@ -74,6 +164,8 @@ def alibi_score_mod(slopes: Tensor, *, q_offset: int = 0) -> Callable:
     check_tensor("slopes", slopes, floating=True)
     if slopes.dim() != 1:
         raise ValueError(f"slopes must be 1-D [num_heads], got shape {tuple(slopes.shape)}")
+    if not torch.isfinite(slopes).all():
+        raise ValueError(f"slopes must be finite, got {slopes.tolist()}")
     q_offset = check_int("q_offset", q_offset, minimum=0)
     slopes = slopes.to(torch.float32)
 

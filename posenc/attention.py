@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import check_float, check_int, check_positions, check_tensor
-from .schemes import PositionScheme, make_scheme
+from .alibi import _check_bool
+from .schemes import NoPE, PositionScheme, make_scheme
 
 BACKENDS = ("sdpa", "math", "flex")
 
@@ -41,21 +42,46 @@ class KVCache:
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append the new ``k, v [B, H, L, Dh]``; return all keys and values so far."""
-        if self.k is None:
+        for name, t in (("k", k), ("v", v)):
+            check_tensor(name, t, floating=True)
+            if t.dim() != 4:
+                raise ValueError(f"{name} must have shape [B, H, L, Dh], got {tuple(t.shape)}")
+        if k.shape != v.shape or k.dtype != v.dtype or k.device != v.device:
+            raise ValueError(
+                f"k and v must have the same shape, dtype and device, got {tuple(k.shape)} "
+                f"{k.dtype} {k.device} and {tuple(v.shape)} {v.dtype} {v.device}"
+            )
+        if self.k is None or self.v is None:
             self.k, self.v = k, v
         else:
             if k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]:
                 raise ValueError(
-                    f"new keys {tuple(k.shape)} do not match the cached {tuple(self.k.shape)}"
+                    f"new k {tuple(k.shape)} does not match the cached keys {tuple(self.k.shape)} "
+                    "(batch, heads and head_dim must agree)"
+                )
+            if k.dtype != self.k.dtype or k.device != self.k.device:
+                raise ValueError(
+                    f"new k is {k.dtype} on {k.device}, the cache holds {self.k.dtype} on {self.k.device}"
                 )
             self.k, self.v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
         return self.k, self.v
+
+
+def _check_lengths(q_len: object, k_len: object) -> tuple[int, int]:
+    q_len = check_int("q_len", q_len, minimum=0)
+    k_len = check_int("k_len", k_len, minimum=0)
+    if q_len > k_len:
+        raise ValueError(
+            f"q_len must be <= k_len={k_len} (queries are the last k_len keys), got {q_len}"
+        )
+    return q_len, k_len
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
     """Boolean ``[q_len, k_len]``, True where query ``i`` (at absolute ``k_len - q_len + i``)
     may see key ``j``. (SDPA's own ``is_causal`` aligns queries to the *first* keys, which is
     wrong for a KV cache, so it is used only when ``q_len == k_len``.)"""
+    q_len, k_len = _check_lengths(q_len, k_len)
     i = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # [Lq, 1]
     return torch.arange(k_len, device=device)[None, :] <= i  # [Lq, Lk]
 
@@ -80,6 +106,7 @@ def causal_block_mask(q_len: int, k_len: int, device: torch.device | str | None 
     """
     from torch.nn.attention.flex_attention import BlockMask
 
+    q_len, k_len = _check_lengths(q_len, k_len)
     off, n = k_len - q_len, FLEX_BLOCK
     q_lo = torch.arange(0, q_len, n, device=device) + off  # [Nq] first query position per tile
     q_hi = (q_lo - off + n).clamp(max=q_len) - 1 + off  # [Nq] last query position per tile
@@ -136,12 +163,18 @@ def attend(
     """Attention over ``q, k, v [B, H, L, Dh]`` with a position scheme; returns ``[B, H, L, Dh]``.
 
     ``positions`` (``[L]`` or ``[B, L]``) default to ``len(cache) + arange(L)``. With a ``cache``
-    the new keys/values are appended and the queries attend to everything cached.
+    the new keys/values are appended and the queries attend to everything cached. A bias scheme
+    (ALiBi, T5) hands SDPA one ``[1, H, Lq, Lk]`` float mask with the causal mask folded in
+    (``PositionScheme.attn_mask``, cached per shape), so SDPA takes its fused path.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, floating=True)
         if t.dim() != 4:
             raise ValueError(f"{name} must have shape [B, H, L, Dh], got {tuple(t.shape)}")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.device != k.device or q.device != v.device:
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q, k, v must agree in batch, heads and head_dim (k and v fully), got "
@@ -152,10 +185,15 @@ def attend(
             f"q and k must hold the same new tokens, got {q.shape[-2]} and {k.shape[-2]}; "
             "earlier keys belong in the cache"
         )
+    if scheme is not None and not isinstance(scheme, PositionScheme):
+        raise TypeError(f"scheme must be a PositionScheme or None, got {type(scheme).__name__}")
+    if cache is not None and not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    dropout_p = check_float("dropout_p", dropout_p, minimum=0.0)
-    scheme = scheme if scheme is not None else make_scheme("nope")
+    causal = _check_bool("causal", causal)
+    dropout_p = _check_dropout("dropout_p", dropout_p)
+    scheme = scheme if scheme is not None else _NOPE
     offset = len(cache) if cache is not None else 0
     if positions is None:
         positions = torch.arange(offset, offset + q.shape[-2], device=q.device)  # [L]
@@ -174,29 +212,60 @@ def attend(
         if out is not None:
             return out
 
-    bias = scheme.bias(q_len, k_len, causal=causal)  # [H, Lq, Lk] or None
-    if bias is not None and bias.shape[0] not in (1, q.shape[1]):
+    mask = scheme.attn_mask(q_len, k_len, causal=causal, dtype=q.dtype, device=q.device)
+    if mask is not None and mask.shape[1] not in (1, q.shape[1]):  # [1, H, Lq, Lk]
         raise ValueError(
-            f"scheme {scheme.name!r} has a bias for {bias.shape[0]} heads but q has {q.shape[1]} heads"
+            f"scheme {scheme.name!r} has a bias for {mask.shape[1]} heads but q has {q.shape[1]} heads"
         )
     if backend == "math":
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, H, Lq, Lk]
-        if bias is not None:
-            scores = scores + bias.to(scores.dtype)
-        if causal:
+        if mask is not None:
+            scores = scores + mask
+        elif causal:
             scores = scores.masked_fill(~causal_mask(q_len, k_len, q.device), float("-inf"))
         probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
         return probs @ v
 
-    if bias is None:
+    if mask is None:
         if causal and q_len == k_len:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
         mask = causal_mask(q_len, k_len, q.device) if causal else None  # [Lq, Lk] bool
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    bias = bias.to(q.dtype)
-    if causal:
-        bias = bias.masked_fill(~causal_mask(q_len, k_len, q.device), float("-inf"))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+    elif causal and q.device.type == "cpu" and q_len >= 2 * CAUSAL_CHUNK and torch.get_num_threads() == 1:
+        return _sdpa_causal_chunks(q, k, v, mask, dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+CAUSAL_CHUNK = 128
+
+
+def _sdpa_causal_chunks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float) -> Tensor:
+    """SDPA with a causal float mask, one block of queries at a time against the keys up to the
+    block's last query: the keys after it are ``-inf`` anyway. SDPA's CPU kernel skips the
+    future only with ``is_causal``, which takes no bias; this skips it for a biased mask, about
+    half the work for a long pass (blocks of ``max(128, Lq // 8)`` queries). Used with one
+    thread only: with two threads on a busy 2-core machine every extra SDPA call is another
+    point where one thread waits for the other, and the blocks measured 1.4-2.4x slower than
+    one call (benchmarks/README.md)."""
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    off, chunk = k_len - q_len, max(CAUSAL_CHUNK, q_len // 8)
+    out = []
+    for s in range(0, q_len, chunk):
+        e = min(s + chunk, q_len)
+        ke = off + e  # keys visible to the block's last query
+        out.append(F.scaled_dot_product_attention(
+            q[:, :, s:e], k[:, :, :ke], v[:, :, :ke], attn_mask=mask[..., s:e, :ke], dropout_p=dropout_p,
+        ))  # [B, H, e - s, Dh]
+    return torch.cat(out, dim=-2)  # [B, H, Lq, Dh]
+
+
+def _check_dropout(name: str, value: object) -> float:
+    value = check_float(name, value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+    return value
+
+
+_NOPE = NoPE()
 
 
 class MultiHeadAttention(nn.Module):
@@ -226,15 +295,34 @@ class MultiHeadAttention(nn.Module):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.head_dim = dim // num_heads
-        self.causal, self.backend = bool(causal), backend
-        self.dropout = check_float("dropout", dropout, minimum=0.0)
+        self.causal, self.backend = _check_bool("causal", causal), backend
+        self.dropout = _check_dropout("dropout", dropout)
         self.scheme = make_scheme(scheme, dim=dim, num_heads=num_heads, max_len=max_len, causal=causal)
+        heads = getattr(self.scheme, "num_heads", None)
+        if heads is not None and heads != num_heads:
+            raise ValueError(
+                f"scheme {self.scheme.name!r} was built for {heads} heads, but num_heads={num_heads}"
+            )
+        rotary = getattr(self.scheme, "rotary", None)
+        if rotary is not None and rotary.head_dim != self.head_dim:
+            raise ValueError(
+                f"scheme 'rope' rotates head_dim={rotary.head_dim}, but dim // num_heads = "
+                f"{dim} // {num_heads} = {self.head_dim}"
+            )
         self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
         self.proj = nn.Linear(dim, dim, bias=bias)
 
     def forward(
         self, x: Tensor, *, positions: Tensor | None = None, cache: KVCache | None = None
     ) -> Tensor:
+        """Attend over ``x [B, L, D]``; returns ``[B, L, D]``.
+
+        ``positions`` (``[L]`` or ``[B, L]``, integer) are the tokens' positions, by default
+        ``len(cache) + arange(L)``. With a ``cache`` (a :class:`KVCache`, one per layer) the new
+        keys and values are appended to it and the queries see every cached token: decoding one
+        token at a time gives the outputs of one full pass. The scheme's ``embed`` hook is the
+        model's job, not this layer's. Dropout on the attention weights acts in training mode.
+        """
         check_tensor("x", x, floating=True)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape [B, L, {self.dim}], got {tuple(x.shape)}")

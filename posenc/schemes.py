@@ -16,38 +16,91 @@ model calls ``embed`` once on the token embeddings. Adding a scheme never touche
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_int
-from .alibi import alibi_bias, alibi_score_mod, alibi_slopes
+from ._checks import check_dtype, check_int, check_tensor
+from .alibi import _check_bool, _check_lengths, _distance, alibi_bias, alibi_score_mod, alibi_slopes
 from .learned import LearnedPositionalEmbedding
 from .rope import RotaryEmbedding
 from .sinusoidal import SinusoidalPositionalEmbedding
-from .t5 import T5RelativeBias
+from .t5 import T5RelativeBias, t5_relative_bucket
 
 SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "t5", "nope")
 """The names ``make_scheme`` accepts."""
 
 
+def _check_kwargs(owner: str, target: Callable, kwargs: Mapping, taken: tuple[str, ...] = ()) -> None:
+    """Raise TypeError for a keyword argument ``target`` does not take (or ``owner`` sets itself)."""
+    params = inspect.signature(target).parameters
+    allowed = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n not in taken]
+    for key in kwargs:
+        if key not in allowed:
+            raise TypeError(
+                f"{owner} got an unexpected keyword argument {key!r}; "
+                f"allowed: {', '.join(allowed) or 'none'}"
+            )
+
+
+def _fold_causal(bias: Tensor, q_len: int, k_len: int) -> Tensor:
+    """``-inf`` on the future keys of ``bias [..., q_len, k_len]`` (queries are the last keys)."""
+    future = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).triu(k_len - q_len + 1)
+    return bias.masked_fill(future, float("-inf"))
+
+
 class PositionScheme(nn.Module):
-    """Base class; on its own it is NoPE: every hook is the identity."""
+    """Base class; on its own it is NoPE: every hook is the identity.
+
+    Subclasses implement ``embed``, ``rotate`` or ``bias``. Attention asks for ``attn_mask``, the
+    bias with the causal mask folded in, shaped for SDPA; the default builds it from ``bias`` on
+    every call, the bias schemes here cache it.
+    """
 
     name = "nope"
 
+    def __init__(self) -> None:
+        super().__init__()
+
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         """``x [B, L, D]`` at ``positions [L]`` or ``[B, L]`` -> ``[B, L, D]``."""
+        check_tensor("x", x, floating=True)
         return x
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """``q, k [B, H, L, Dh]`` of the new tokens at ``positions`` -> rotated ``q, k``."""
+        check_tensor("q", q, floating=True)
+        check_tensor("k", k, floating=True)
         return q, k
 
     def bias(self, q_len: int, k_len: int, *, causal: bool = True) -> Tensor | None:
         """Additive logit bias ``[H, q_len, k_len]`` (queries are the last ``q_len`` keys)."""
+        _check_lengths(q_len, k_len)
         return None
+
+    def attn_mask(
+        self,
+        q_len: int,
+        k_len: int,
+        *,
+        causal: bool = True,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> Tensor | None:
+        """The float mask SDPA takes: ``bias`` plus ``-inf`` on future keys when ``causal``,
+        ``[1, H, q_len, k_len]`` in ``dtype``; ``None`` when the scheme has no bias."""
+        q_len, k_len = _check_lengths(q_len, k_len)
+        causal = _check_bool("causal", causal)
+        dtype = check_dtype("dtype", dtype) or torch.float32
+        bias = self.bias(q_len, k_len, causal=causal)  # [H, Lq, Lk] or None
+        if bias is None:
+            return None
+        bias = bias.to(device=device, dtype=torch.float32)
+        if causal:
+            bias = _fold_causal(bias, q_len, k_len)
+        return bias.to(dtype)[None]  # [1, H, Lq, Lk]
 
     def score_mod(self, q_offset: int) -> Callable | None:
         """The same bias as a FlexAttention ``score_mod``, if the scheme has one."""
@@ -65,6 +118,7 @@ class SinusoidalPE(PositionScheme):
 
     def __init__(self, dim: int, **kwargs) -> None:
         super().__init__()
+        _check_kwargs("SinusoidalPE", SinusoidalPositionalEmbedding, kwargs)
         self.pe = SinusoidalPositionalEmbedding(dim, **kwargs)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
@@ -78,6 +132,7 @@ class LearnedPE(PositionScheme):
 
     def __init__(self, dim: int, max_len: int, **kwargs) -> None:
         super().__init__()
+        _check_kwargs("LearnedPE", LearnedPositionalEmbedding, kwargs)
         self.pe = LearnedPositionalEmbedding(max_len, dim, **kwargs)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
@@ -91,14 +146,66 @@ class RoPE(PositionScheme):
 
     def __init__(self, head_dim: int, **kwargs) -> None:
         super().__init__()
+        _check_kwargs("RoPE", RotaryEmbedding, kwargs)
         self.rotary = RotaryEmbedding(head_dim, **kwargs)
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         return self.rotary(q, k, positions=positions)
 
 
-class ALiBi(PositionScheme):
-    """Press et al. (2022): a per-head linear penalty ``-m_h (i - j)`` on the logits."""
+class _CachedMask(PositionScheme):
+    """A bias that depends on ``j - i`` only: one ``[1, H, S, S]`` mask, built for the longest
+    full pass seen, serves every ``(q_len, k_len)`` with ``k_len <= S`` as a slice (the KV-cache
+    rows are its last rows). It is rebuilt when ``dtype``, ``device``, ``causal`` or the
+    parameters change, and never kept while it would carry a gradient. It costs
+    ``H * S * S`` elements (32 MiB for 8 heads at S = 1024 in float32); ``clear_cache()``
+    frees it."""
+
+    _mask: tuple[tuple, Tensor] | None = None
+
+    def clear_cache(self) -> None:
+        """Drop the cached mask (it is rebuilt on the next call)."""
+        self._mask = None
+
+    def _build(self, q_len: int, k_len: int, causal: bool, device) -> Tensor:
+        raise NotImplementedError  # [H, Lq, Lk] float32, causal mask folded in
+
+    def _version(self) -> tuple:
+        return ()
+
+    def attn_mask(
+        self,
+        q_len: int,
+        k_len: int,
+        *,
+        causal: bool = True,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> Tensor:
+        q_len, k_len = _check_lengths(q_len, k_len)
+        causal = _check_bool("causal", causal)
+        dtype = check_dtype("dtype", dtype) or torch.float32
+        device = torch.device(device) if device is not None else self._device()
+        if any(p.requires_grad for p in self.parameters()) and torch.is_grad_enabled():
+            return self._build(q_len, k_len, causal, device).to(dtype)[None]  # not cached
+        key = (bool(causal), dtype, device, torch.is_inference_mode_enabled(), self._version())
+        if self._mask is not None and self._mask[0] == key and self._mask[1].shape[-1] >= k_len:
+            return self._mask[1][:, :, k_len - q_len : k_len, :k_len]  # [1, H, Lq, Lk]
+        mask = self._build(q_len, k_len, causal, device).to(dtype)[None]  # [1, H, Lq, Lk]
+        if q_len == k_len:
+            self._mask = (key, mask)
+        return mask
+
+    def _device(self) -> torch.device:
+        raise NotImplementedError
+
+
+class ALiBi(_CachedMask):
+    """Press et al. (2022): a per-head linear penalty ``-m_h (i - j)`` on the logits.
+
+    ``attn_mask`` caches the bias with the causal mask folded in for the longest full pass seen,
+    ``[1, H, S, S]``, and slices it for shorter passes and KV-cache rows (``clear_cache()``).
+    """
 
     name = "alibi"
 
@@ -113,21 +220,56 @@ class ALiBi(PositionScheme):
             device=self.slopes.device,
         )
 
+    def _device(self) -> torch.device:
+        return self.slopes.device
+
+    def _build(self, q_len: int, k_len: int, causal: bool, device) -> Tensor:
+        rel = _distance(q_len, k_len, causal=causal, device=device)  # [Lq, Lk]
+        return self.slopes.to(device, torch.float32)[:, None, None] * rel  # [H, Lq, Lk]
+
     def score_mod(self, q_offset: int) -> Callable:
         return alibi_score_mod(self.slopes, q_offset=q_offset)
 
 
-class T5Bias(PositionScheme):
-    """Raffel et al. (2020): a learned scalar per head and log-spaced distance bucket."""
+class T5Bias(_CachedMask):
+    """Raffel et al. (2020): a learned scalar per head and log-spaced distance bucket.
+
+    The table is ``rel.embedding.weight [num_buckets, num_heads]``, the name to load Hugging
+    Face T5 weights into (``relative_attention_bias.weight``). Outside training (no gradient)
+    ``attn_mask`` caches the masked bias like :class:`ALiBi`, rebuilt when the table changes.
+    """
 
     name = "t5"
 
     def __init__(self, num_heads: int, **kwargs) -> None:
         super().__init__()
+        _check_kwargs("T5Bias", T5RelativeBias, kwargs)
         self.rel = T5RelativeBias(num_heads, **kwargs)
+        self.num_heads = self.rel.num_heads
 
     def bias(self, q_len: int, k_len: int, *, causal: bool = True) -> Tensor:
         return self.rel(q_len, k_len)
+
+    def _device(self) -> torch.device:
+        return self.rel.embedding.weight.device
+
+    def _version(self) -> tuple:
+        w = self.rel.embedding.weight
+        return (w.data_ptr(), w._version)
+
+    def _build(self, q_len: int, k_len: int, causal: bool, device) -> Tensor:
+        rel = self.rel
+        i = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # [Lq, 1]
+        j = torch.arange(k_len, device=device)[None, :]  # [1, Lk]
+        buckets = t5_relative_bucket(
+            j - i, bidirectional=rel.bidirectional, num_buckets=rel.num_buckets,
+            max_distance=rel.max_distance,
+        )  # [Lq, Lk]
+        table = rel.embedding.weight.to(device, torch.float32).t()  # [H, NB]
+        if causal:  # one extra bucket of -inf for the future keys: the mask costs nothing
+            table = torch.cat([table, table.new_full((table.shape[0], 1), float("-inf"))], 1)
+            buckets = buckets.masked_fill(j > i, rel.num_buckets)
+        return table[:, buckets]  # [H, Lq, Lk]
 
 
 def make_scheme(
@@ -147,8 +289,13 @@ def make_scheme(
     to the scheme (e.g. ``base`` or ``scaling`` for RoPE, ``scale`` for sinusoidal).
     """
     if name is None:
-        return NoPE()
+        name = "nope"
     if isinstance(name, PositionScheme):
+        if kwargs:
+            raise TypeError(
+                f"make_scheme got keyword arguments {sorted(kwargs)} with a ready PositionScheme; "
+                "pass them to its constructor instead"
+            )
         return name
     if not isinstance(name, str):
         raise TypeError(f"scheme must be a name or a PositionScheme, got {type(name).__name__}")
@@ -160,18 +307,30 @@ def make_scheme(
             raise ValueError(f"scheme {name!r} needs {arg}")
         return check_int(arg, value, minimum=1)
 
+    owner = f"make_scheme({name!r})"
+    if name in ("nope", "alibi"):
+        _check_kwargs(owner, NoPE, kwargs)
     if name == "nope":
         return NoPE()
-    if name == "sinusoidal":
-        return SinusoidalPE(need("dim", dim), max_len=max_len, **kwargs)
-    if name == "learned":
-        return LearnedPE(need("dim", dim), need("max_len", max_len), **kwargs)
     if name == "alibi":
         return ALiBi(need("num_heads", num_heads))
+    if name == "sinusoidal":
+        _check_kwargs(owner, SinusoidalPositionalEmbedding, kwargs, taken=("max_len",))
+        return SinusoidalPE(need("dim", dim), max_len=max_len, **kwargs)
+    if name == "learned":
+        _check_kwargs(owner, LearnedPositionalEmbedding, kwargs)
+        return LearnedPE(need("dim", dim), need("max_len", max_len), **kwargs)
     if name == "t5":
+        _check_kwargs(owner, T5RelativeBias, kwargs)
         kwargs.setdefault("bidirectional", not causal)
         return T5Bias(need("num_heads", num_heads), **kwargs)
+    _check_kwargs(owner, RotaryEmbedding, kwargs)
     dim, num_heads = need("dim", dim), need("num_heads", num_heads)
     if dim % num_heads:
         raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+    if (dim // num_heads) % 2:
+        raise ValueError(
+            f"scheme 'rope' rotates pairs of channels: dim // num_heads = {dim} // {num_heads} = "
+            f"{dim // num_heads} must be even"
+        )
     return RoPE(dim // num_heads, **kwargs)

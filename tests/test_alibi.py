@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc import ALiBi, KVCache, alibi_bias, alibi_score_mod, alibi_slopes, attend, causal_mask
+from posenc.alibi import alibi_bias_padded
 
 
 def paper_slopes(n: int) -> list[float]:
@@ -129,3 +130,78 @@ def test_flex_attention_with_kv_cache_offset():
         cache.update(k[:, :, :150], v[:, :, :150])
         out = attend(q[:, :, 150:], k[:, :, 150:], v[:, :, 150:], ALiBi(4), cache=cache, backend="flex")
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_padded_bias_without_padding_is_the_plain_bias():
+    mask = torch.ones(2, 9, dtype=torch.long)
+    for causal in (True, False):
+        want = alibi_bias(6, 9, causal=causal)[None].expand(2, -1, -1, -1)
+        torch.testing.assert_close(alibi_bias_padded(6, mask, causal=causal), want)
+        rows = alibi_bias(6, 3, 9, causal=causal)[None].expand(2, -1, -1, -1)
+        torch.testing.assert_close(alibi_bias_padded(6, mask, q_len=3, causal=causal), rows)
+
+
+def test_padded_bias_written_out():
+    """-m_h (p_i - p_j) on real, past keys; padded queries see only themselves; no NaN rows."""
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 1, 0, 1, 1, 1]])
+    h = 3
+    m = alibi_slopes(h)
+    b = alibi_bias_padded(h, mask)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    for r in range(3):
+        for i in range(6):
+            for j in range(6):
+                if not mask[r, i]:
+                    want = torch.zeros(h) if i == j else torch.full((h,), float("-inf"))
+                elif mask[r, j] and j <= i:
+                    want = -m * float(pos[r, i] - pos[r, j])
+                else:
+                    want = torch.full((h,), float("-inf"))
+                torch.testing.assert_close(b[r, :, i, j], want)
+    assert torch.isfinite(b.softmax(-1)).all()
+    torch.testing.assert_close(alibi_bias_padded(h, mask.bool(), position_ids=pos), b)
+    torch.testing.assert_close(alibi_bias_padded(h, mask, q_len=2), b[:, :, 4:])
+
+
+@pytest.mark.parametrize("num_heads", [4, 6])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_padded_bias_matches_bloom(num_heads, dtype):
+    """transformers' BLOOM (build_alibi_tensor + its causal/padding mask, eager softmax): with the
+    q/k projection zeroed its attention weights are softmax(alibi + mask) - ours on real queries."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BloomConfig(vocab_size=11, hidden_size=8 * num_heads, n_layer=1, n_head=num_heads)
+    cfg._attn_implementation = "eager"
+    model = transformers.BloomModel(cfg).eval().to(dtype)
+    qkv = model.h[0].self_attention.query_key_value
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1]])
+    with torch.no_grad():
+        qkv.weight.zero_()
+        qkv.bias.zero_()
+        ids = torch.randint(0, 11, mask.shape)
+        probs = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions[0]
+    ours = alibi_bias_padded(num_heads, mask, dtype=dtype).float().softmax(-1)  # [B, H, L, L]
+    real = mask.bool()[:, None, :, None].expand_as(ours)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(ours[real], probs.float()[real], atol=tol, rtol=tol)
+
+
+def test_alibi_scheme_mask_cache_slices_kv_rows():
+    a = ALiBi(4)
+    full = a.attn_mask(10, 10)  # builds the [1, H, 10, 10] square
+    assert full.shape == (1, 4, 10, 10)
+    torch.testing.assert_close(full[0], alibi_bias(4, 10))
+    for q_len, k_len in [(3, 10), (1, 7), (5, 5), (2, 12)]:
+        got = a.attn_mask(q_len, k_len)
+        torch.testing.assert_close(got[0], alibi_bias(4, q_len, k_len))
+    torch.testing.assert_close(a.attn_mask(4, 6, causal=False)[0], alibi_bias(4, 4, 6, causal=False))
+    half = a.attn_mask(3, 8, dtype=torch.float16)
+    assert half.dtype == torch.float16 and half.shape == (1, 4, 3, 8)
+
+
+def test_alibi_clear_cache_frees_the_mask():
+    a = ALiBi(2)
+    a.attn_mask(6, 6)
+    assert a._mask is not None
+    a.clear_cache()
+    assert a._mask is None
+    torch.testing.assert_close(a.attn_mask(2, 6)[0], alibi_bias(2, 2, 6))

@@ -106,3 +106,88 @@ def test_sdpa_is_causal_is_wrong_for_a_cache_so_posenc_does_not_use_it():
     torch.testing.assert_close(ours, full[:, :, 4:])
     top_left = F.scaled_dot_product_attention(q[:, :, 4:], k, v, is_causal=True)
     assert not torch.allclose(top_left, full[:, :, 4:])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", SCHEMES)
+def test_attn_mask_is_bias_plus_causal_mask_once(name, causal):
+    """The 4-D mask attend hands SDPA: the bias, -inf on future keys, nothing else."""
+    torch.manual_seed(0)
+    scheme = make_scheme(name, dim=32, num_heads=4, max_len=16, causal=causal)
+    for q_len, k_len in [(6, 6), (2, 6), (9, 9), (1, 4)]:
+        got = scheme.attn_mask(q_len, k_len, causal=causal)
+        bias = scheme.bias(q_len, k_len, causal=causal)
+        if bias is None:
+            assert got is None
+            continue
+        want = bias.float()
+        if causal:
+            want = want.masked_fill(~causal_mask(q_len, k_len), float("-inf"))
+        assert got.shape == (1, 4, q_len, k_len)
+        torch.testing.assert_close(got[0], want)
+        assert not torch.isnan(got).any() and torch.isfinite(got).any(-1).all()  # no all -inf row
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5"])
+def test_decoding_after_a_longer_pass_uses_the_cached_mask(name):
+    """A full pass caches the square mask; prefill and decode then read slices of it."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4, scheme=name).eval()
+    x = torch.randn(2, 12, 32)
+    with torch.no_grad():
+        mha(torch.randn(1, 16, 32))  # caches a 16 x 16 mask
+        full = mha(x)
+        cache = KVCache()
+        steps = [mha(x[:, :5], cache=cache)] + [mha(x[:, t : t + 1], cache=cache) for t in range(5, 12)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_t5_mask_cache_follows_the_weights():
+    torch.manual_seed(0)
+    scheme = make_scheme("t5", num_heads=4)
+    with torch.no_grad():
+        before = scheme.attn_mask(8, 8).clone()
+        scheme.rel.embedding.weight.add_(1.0)  # an optimizer step is an in-place update
+        torch.testing.assert_close(scheme.attn_mask(8, 8), before + torch.where(before.isinf(), 0.0, 1.0))
+        state = {k: torch.zeros_like(v) for k, v in scheme.state_dict().items()}
+        scheme.load_state_dict(state)
+        assert (scheme.attn_mask(8, 8)[torch.isfinite(before)] == 0).all()
+
+
+def test_bias_schemes_train_through_attend():
+    """With gradients on, T5's mask is built per call and its table gets a gradient; ALiBi's
+    cached mask (even one made under inference_mode) is usable for training."""
+    torch.manual_seed(0)
+    for name in ("t5", "alibi"):
+        mha = MultiHeadAttention(32, 4, scheme=name)
+        x = torch.randn(2, 10, 32)
+        with torch.inference_mode():
+            mha(x)
+        mha(x).square().sum().backward()
+        assert mha.qkv.weight.grad is not None and torch.isfinite(mha.qkv.weight.grad).all()
+        if name == "t5":
+            g = mha.scheme.rel.embedding.weight.grad
+            assert g is not None and g.abs().sum() > 0 and torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("q_len,k_len", [(300, 300), (260, 400), (1000, 1000)])
+@pytest.mark.parametrize("name", ["alibi", "t5"])
+def test_long_causal_bias_pass_in_query_blocks_equals_one_sdpa_call(name, q_len, k_len):
+    """attend splits a long causal biased pass into query blocks; same result as one call."""
+    torch.manual_seed(0)
+    scheme = make_scheme(name, num_heads=2)
+    q = torch.randn(2, 2, q_len, 8)
+    k, v = torch.randn(2, 2, 2, k_len, 8).unbind(0)
+    p = k_len - q_len  # cached tokens
+    cache = KVCache()
+    cache.update(k[:, :, :p], v[:, :, :p])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the block path is taken with one thread
+    try:
+        with torch.no_grad():
+            out = attend(q, k[:, :, p:], v[:, :, p:], scheme, cache=cache)
+    finally:
+        torch.set_num_threads(threads)
+    with torch.no_grad():
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=scheme.attn_mask(q_len, k_len))
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
