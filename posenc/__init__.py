@@ -8,7 +8,7 @@ The book's laboratory (tiny model, corpus, training, experiments) is :mod:`posen
 package never imports it.
 """
 
-from .alibi import alibi_bias, alibi_score_mod, alibi_slopes
+from .alibi import alibi_bias, alibi_bias_padded, alibi_score_mod, alibi_slopes
 from .attention import KVCache, MultiHeadAttention, attend, causal_block_mask, causal_mask
 from .device import default_device
 from .learned import LearnedPositionalEmbedding
@@ -67,6 +67,7 @@ __all__ = [
     "T5Bias",
     "T5RelativeBias",
     "alibi_bias",
+    "alibi_bias_padded",
     "alibi_score_mod",
     "alibi_slopes",
     "apply_rope",

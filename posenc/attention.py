@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -97,7 +98,7 @@ def _warn_once(key: str, message: str) -> None:
         _warned.add(key)
 
 
-def causal_block_mask(q_len: int, k_len: int, device: torch.device | str | None = None):
+def causal_block_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Any:
     """A FlexAttention ``BlockMask`` for a causal mask with queries at the end of the keys.
 
     Built tile by tile from ``[Lq / 128, Lk / 128]`` block tables, so it never evaluates the

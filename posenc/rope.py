@@ -25,6 +25,7 @@ function saves only ``cos``/``sin`` and reuses the forward kernel.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -196,13 +197,15 @@ class _Rope(torch.autograd.Function):
     """RoPE with an analytic backward: the gradient is the rotation by minus the angle."""
 
     @staticmethod
-    def forward(ctx, x, cos, sin, interleaved, cis):  # type: ignore[override]
+    def forward(
+        ctx: Any, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None
+    ) -> Tensor:
         ctx.save_for_backward(cos, sin, cis)
         ctx.interleaved = interleaved
         return _rope_forward(x, cos, sin, interleaved, cis)
 
     @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
         cos, sin, cis = ctx.saved_tensors
         back = None if cis is None else cis.conj()
         return _Rope.apply(grad, cos, -sin, ctx.interleaved, back), None, None, None, None
@@ -327,6 +330,13 @@ class RotaryEmbedding(nn.Module):
     step, and incremental decoding gives the scores of the full pass.
     """
 
+    inv_freq: Tensor  # [rd/2]
+    cos_cached: Tensor  # [n, rd]
+    sin_cached: Tensor  # [n, rd]
+    cis_cached: Tensor  # [n, rd/2] complex64
+    sin_signed_cached: Tensor  # [n, rd]
+    xpos_zeta: Tensor  # [rd/2]
+
     def __init__(
         self,
         head_dim: int,
@@ -373,9 +383,11 @@ class RotaryEmbedding(nn.Module):
         zeta = (torch.arange(0, rd, 2, dtype=torch.float32) + 0.4 * rd) / (1.4 * rd)  # [rd/2]
         self.register_buffer("xpos_zeta", zeta, persistent=False)
 
-    def _freq_len_for(self, seq_len: int) -> int | None:
-        """The ``seq_len`` inv_freq must be computed for after a call of ``seq_len`` (HF rules)."""
+    def _freq_len_for(self, seq_len: int) -> int:
+        """The ``seq_len`` inv_freq must be computed for after a call of ``seq_len`` (HF rules);
+        only called for the types that switch (``original_len`` is set)."""
         L, cur = self.original_len, self.freq_len
+        assert L is not None and cur is not None
         if self.rope_type == "longrope":
             return L + 1 if seq_len > L else L  # any length > L selects the long factors
         if self.rope_type == "dynamic":
@@ -446,6 +458,7 @@ class RotaryEmbedding(nn.Module):
 
     def _xpos(self, positions: Tensor, centre: int) -> Tensor:
         """xPos scale ``zeta ** ((positions - centre) / scale_base)``, ``[..., L, rd]`` float32."""
+        assert self.xpos_scale_base is not None
         power = (positions.to(torch.float32) - centre) / self.xpos_scale_base  # [..., L]
         s = self.xpos_zeta.to(positions.device) ** power[..., None]  # [..., L, rd/2]
         return s.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat([s, s], dim=-1)

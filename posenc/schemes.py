@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -116,7 +117,7 @@ class SinusoidalPE(PositionScheme):
 
     name = "sinusoidal"
 
-    def __init__(self, dim: int, **kwargs) -> None:
+    def __init__(self, dim: int, **kwargs: Any) -> None:
         super().__init__()
         _check_kwargs("SinusoidalPE", SinusoidalPositionalEmbedding, kwargs)
         self.pe = SinusoidalPositionalEmbedding(dim, **kwargs)
@@ -130,7 +131,7 @@ class LearnedPE(PositionScheme):
 
     name = "learned"
 
-    def __init__(self, dim: int, max_len: int, **kwargs) -> None:
+    def __init__(self, dim: int, max_len: int, **kwargs: Any) -> None:
         super().__init__()
         _check_kwargs("LearnedPE", LearnedPositionalEmbedding, kwargs)
         self.pe = LearnedPositionalEmbedding(max_len, dim, **kwargs)
@@ -144,7 +145,7 @@ class RoPE(PositionScheme):
 
     name = "rope"
 
-    def __init__(self, head_dim: int, **kwargs) -> None:
+    def __init__(self, head_dim: int, **kwargs: Any) -> None:
         super().__init__()
         _check_kwargs("RoPE", RotaryEmbedding, kwargs)
         self.rotary = RotaryEmbedding(head_dim, **kwargs)
@@ -167,10 +168,10 @@ class _CachedMask(PositionScheme):
         """Drop the cached mask (it is rebuilt on the next call)."""
         self._mask = None
 
-    def _build(self, q_len: int, k_len: int, causal: bool, device) -> Tensor:
+    def _build(self, q_len: int, k_len: int, causal: bool, device: torch.device) -> Tensor:
         raise NotImplementedError  # [H, Lq, Lk] float32, causal mask folded in
 
-    def _version(self) -> tuple:
+    def _params_version(self) -> tuple:
         return ()
 
     def attn_mask(
@@ -188,7 +189,7 @@ class _CachedMask(PositionScheme):
         device = torch.device(device) if device is not None else self._device()
         if any(p.requires_grad for p in self.parameters()) and torch.is_grad_enabled():
             return self._build(q_len, k_len, causal, device).to(dtype)[None]  # not cached
-        key = (bool(causal), dtype, device, torch.is_inference_mode_enabled(), self._version())
+        key = (bool(causal), dtype, device, torch.is_inference_mode_enabled(), self._params_version())
         if self._mask is not None and self._mask[0] == key and self._mask[1].shape[-1] >= k_len:
             return self._mask[1][:, :, k_len - q_len : k_len, :k_len]  # [1, H, Lq, Lk]
         mask = self._build(q_len, k_len, causal, device).to(dtype)[None]  # [1, H, Lq, Lk]
@@ -208,6 +209,7 @@ class ALiBi(_CachedMask):
     """
 
     name = "alibi"
+    slopes: Tensor  # [H]
 
     def __init__(self, num_heads: int) -> None:
         super().__init__()
@@ -223,7 +225,7 @@ class ALiBi(_CachedMask):
     def _device(self) -> torch.device:
         return self.slopes.device
 
-    def _build(self, q_len: int, k_len: int, causal: bool, device) -> Tensor:
+    def _build(self, q_len: int, k_len: int, causal: bool, device: torch.device) -> Tensor:
         rel = _distance(q_len, k_len, causal=causal, device=device)  # [Lq, Lk]
         return self.slopes.to(device, torch.float32)[:, None, None] * rel  # [H, Lq, Lk]
 
@@ -241,7 +243,7 @@ class T5Bias(_CachedMask):
 
     name = "t5"
 
-    def __init__(self, num_heads: int, **kwargs) -> None:
+    def __init__(self, num_heads: int, **kwargs: Any) -> None:
         super().__init__()
         _check_kwargs("T5Bias", T5RelativeBias, kwargs)
         self.rel = T5RelativeBias(num_heads, **kwargs)
@@ -253,11 +255,11 @@ class T5Bias(_CachedMask):
     def _device(self) -> torch.device:
         return self.rel.embedding.weight.device
 
-    def _version(self) -> tuple:
+    def _params_version(self) -> tuple:
         w = self.rel.embedding.weight
         return (w.data_ptr(), w._version)
 
-    def _build(self, q_len: int, k_len: int, causal: bool, device) -> Tensor:
+    def _build(self, q_len: int, k_len: int, causal: bool, device: torch.device) -> Tensor:
         rel = self.rel
         i = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # [Lq, 1]
         j = torch.arange(k_len, device=device)[None, :]  # [1, Lk]
@@ -279,7 +281,7 @@ def make_scheme(
     num_heads: int | None = None,
     max_len: int | None = None,
     causal: bool = True,
-    **kwargs,
+    **kwargs: Any,
 ) -> PositionScheme:
     """Create a scheme by name: ``"sinusoidal" | "learned" | "rope" | "alibi" | "t5" | "nope"``.
 

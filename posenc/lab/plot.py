@@ -76,8 +76,9 @@ def use_book_style() -> None:
     plt.style.use(BOOK_STYLE)  # rcParams.update for these keys; typed to take a dict[str, Any]
 
 
-def figure(nrows: int = 1, ncols: int = 1, *, height: float = HEIGHT, **kwargs: Any):
-    """``plt.subplots`` at the book's width (``height`` in inches)."""
+def figure(nrows: int = 1, ncols: int = 1, *, height: float = HEIGHT, **kwargs: Any) -> tuple[Any, Any]:
+    """``plt.subplots`` at the book's width (``height`` in inches): ``(fig, ax)``, where ``ax`` is
+    one Axes or an array of them, as matplotlib returns it (typed ``Any`` for that reason)."""
     import matplotlib.pyplot as plt
 
     use_book_style()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -36,7 +37,7 @@ def _rope(x: Tensor, positions: Tensor, base: float, *, interleaved: bool = True
     return posenc.apply_rope(x, cos, sign * sin, interleaved=interleaved)
 
 
-_SLIPS = {
+_SLIPS: dict[str, dict[str, Any]] = {
     "pairs are (i, i + d/2), the half layout: here a pair is two neighbouring channels "
     "(2i, 2i + 1)": {"interleaved": False},
     "the angle has the wrong sign: R(a) = [[cos a, -sin a], [sin a, cos a]] turns "
