@@ -39,13 +39,14 @@ def _check_section(mrope_section: object, half: int, interleaved: bool) -> list[
             f"mrope_section must sum to rotary_dim // 2 = inv_freq.numel() = {half}, got {sec} "
             f"(sum {sum(sec)})"
         )
-    if interleaved:
-        for axis, off in ((1, 1), (2, 2)):
-            if len(range(off, min(3 * sec[axis], half), 3)) != sec[axis]:
-                raise ValueError(
-                    f"mrope_section={sec} cannot be interleaved over {half} frequencies: "
-                    f"mrope_section[{axis}] must be <= mrope_section[0]"
-                )
+    if interleaved:  # h takes 1, 4, 7, ... and w 2, 5, 8, ... below 3 * section; t the rest
+        h, w = (len(range(off, min(3 * sec[off], half), 3)) for off in (1, 2))
+        if [half - h - w, h, w] != sec:
+            raise ValueError(
+                f"mrope_section={sec} cannot be interleaved t h w t h w ... over {half} "
+                f"frequencies (that gives t, h, w {[half - h - w, h, w]}); h and w need "
+                f"3 * mrope_section[1] <= {half + 1} and 3 * mrope_section[2] <= {half}"
+            )
     return sec
 
 
