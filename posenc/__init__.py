@@ -7,6 +7,7 @@ one attention module that calls each scheme's hooks (embed / rotate / bias).
 
 from .alibi import alibi_bias, alibi_score_mod, alibi_slopes
 from .attention import KVCache, MultiHeadAttention, attend, causal_block_mask, causal_mask
+from .axial import axial_rope_cos_sin
 from .data import Corpus, load_corpus, make_passkey
 from .device import default_device
 from .learned import LearnedPositionalEmbedding
@@ -18,7 +19,9 @@ from .long_context import (
     with_rope_scaling,
     yarn_betas,
 )
+from .mla import mla_rope
 from .model import ModelConfig, TransformerLM
+from .mrope import mrope_cos_sin, mrope_position_ids
 from .rope import (
     RotaryEmbedding,
     apply_rope,
@@ -42,6 +45,7 @@ from .schemes import (
 )
 from .sinusoidal import SinusoidalPositionalEmbedding, sinusoidal_table
 from .t5 import T5RelativeBias, t5_relative_bucket
+from .temperature import llama4_attn_scale
 from .train import TrainConfig, evaluate, run_extrapolation, train_model
 
 __version__ = "0.2.0"
@@ -83,6 +87,11 @@ __all__ = [
     "alibi_slopes",
     "apply_rope",
     "attend",
+    "axial_rope_cos_sin",
+    "llama4_attn_scale",
+    "mla_rope",
+    "mrope_cos_sin",
+    "mrope_position_ids",
     "causal_block_mask",
     "causal_mask",
     "convert_rope_weight",
