@@ -2,7 +2,7 @@
 
     python benchmarks/train_throughput.py [--steps 5] [--repeats 5] [--threads 1]
 
-The model is chapter 6's default (``posenc.train.TrainConfig()``: dim 64, 2 layers, 4 heads,
+The model is chapter 6's default (``posenc.lab.TrainConfig()``: dim 64, 2 layers, 4 heads,
 batch 32 x 64 bytes). One "call" is ``--steps`` full training steps (forward, backward, clip,
 AdamW) on random bytes; calls are timed round-robin over the schemes and the median is kept,
 so the ratios come from one run and share the machine's noise. It also times evaluation
@@ -20,14 +20,16 @@ import torch
 import torch.nn.functional as F
 from _timing import medians
 
-from posenc.train import DEFAULT_SCHEMES, TrainConfig, build_model, make_optimizer
+from posenc.lab.config import TrainConfig
+from posenc.lab.experiment import DEFAULT_SCHEMES
+from posenc.lab.train import build_model, make_optimizer
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5, help="training steps per timed call")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1, help="CPU threads (default 1, as posenc.train trains)")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads (default 1, as posenc.lab trains)")
     ap.add_argument("--eval-factor", type=int, default=16, help="evaluation length / train length")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

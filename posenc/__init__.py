@@ -3,24 +3,17 @@
 Sinusoidal (Vaswani et al., 2017), learned absolute, RoPE (Su et al., 2021) and its scaled
 variants, ALiBi (Press et al., 2022), T5 relative bias (Raffel et al., 2020) and NoPE, behind
 one attention module that calls each scheme's hooks (embed / rotate / bias).
+
+The book's laboratory (tiny model, corpus, training, experiments) is :mod:`posenc.lab`; this
+package never imports it.
 """
 
 from .alibi import alibi_bias, alibi_score_mod, alibi_slopes
 from .attention import KVCache, MultiHeadAttention, attend, causal_block_mask, causal_mask
 from .axial import axial_rope_cos_sin
-from .data import Corpus, load_corpus, make_passkey
 from .device import default_device
 from .learned import LearnedPositionalEmbedding
-from .long_context import (
-    FineTuneConfig,
-    fine_tune,
-    passkey_grid,
-    rope_scaling_config,
-    with_rope_scaling,
-    yarn_betas,
-)
 from .mla import mla_rope
-from .model import ModelConfig, TransformerLM
 from .mrope import mrope_cos_sin, mrope_position_ids
 from .rope import (
     RotaryEmbedding,
@@ -46,26 +39,10 @@ from .schemes import (
 from .sinusoidal import SinusoidalPositionalEmbedding, sinusoidal_table
 from .t5 import T5RelativeBias, t5_relative_bucket
 from .temperature import llama4_attn_scale
-from .train import TrainConfig, evaluate, run_extrapolation, train_model
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "Corpus",
-    "FineTuneConfig",
-    "ModelConfig",
-    "TrainConfig",
-    "TransformerLM",
-    "evaluate",
-    "fine_tune",
-    "load_corpus",
-    "make_passkey",
-    "passkey_grid",
-    "rope_scaling_config",
-    "run_extrapolation",
-    "train_model",
-    "with_rope_scaling",
-    "yarn_betas",
     "ROPE_TYPES",
     "SCHEMES",
     "RopeWavelengths",

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from posenc.__main__ import main
+from posenc.lab.cli import main
 
 BAD = [
     (["extrapolate", "--schemes", "rope,absolute"], "unknown scheme 'absolute'"),

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posenc.data import (
+from posenc.lab.data import (
     SEPARATOR,
     STDLIB_MODULES,
     copy_batch,

@@ -1,4 +1,4 @@
-"""posenc.long_context: scaling configs, zero-shot copies, fine-tuning with a cache, passkey grid."""
+"""posenc.lab.long_context: scaling configs, zero-shot copies, fine-tuning with a cache, passkey grid."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from posenc import rope_inv_freq
-from posenc.data import load_corpus, passkey_min_length
-from posenc.long_context import (
+from posenc.lab import TrainConfig, TrainedModel, build_model, load_corpus, set_cache_dir
+from posenc.lab.data import passkey_min_length
+from posenc.lab.long_context import (
     YARN_REFERENCE_LEN,
     fine_tune,
     passkey_grid,
@@ -18,8 +19,7 @@ from posenc.long_context import (
     with_rope_scaling,
     yarn_betas,
 )
-from posenc.model import ModelConfig, TransformerLM
-from posenc.train import TrainConfig, build_model, set_cache_dir
+from posenc.lab.model import ModelConfig, TransformerLM
 
 TINY = TrainConfig(scheme="rope", dim=32, num_layers=1, num_heads=2, mlp_ratio=2, train_len=16,
                    batch_size=4, steps=5, warmup=1, lr=1e-2)
@@ -39,10 +39,9 @@ def corpus():
     return load_corpus()
 
 
-def tiny_model() -> TransformerLM:
-    model = build_model(TINY)
-    model.train_config = TINY
-    return model.eval()
+def tiny_model() -> TrainedModel:
+    """An untrained network wrapped as train_model would return it."""
+    return TrainedModel(build_model(TINY).eval(), TINY, TINY.train_len, [], 0.0, from_cache=False)
 
 
 def tokens(n: int, batch: int = 2) -> torch.Tensor:
@@ -123,13 +122,18 @@ def test_yarn_betas():
 
 
 def test_with_rope_scaling_copies_and_leaves_the_original_alone():
-    model = tiny_model()
+    trained = tiny_model()
+    model = trained.model
     x = tokens(40)
     before = model(x)
     w = weights(model)
-    scaled = with_rope_scaling(model, rope_scaling_config("ntk", 4, TINY.train_len))
-    assert scaled is not model and scaled.rope_scaling["rope_type"] == "ntk"
-    assert scaled.train_config is TINY or scaled.train_config == TINY
+    cfg = rope_scaling_config("ntk", 4, TINY.train_len)
+    result = with_rope_scaling(trained, cfg)
+    assert isinstance(result, TrainedModel) and result.config is TINY
+    assert result.train_len == TINY.train_len and result.model is not model
+    scaled = result.model
+    assert isinstance(with_rope_scaling(model, cfg), TransformerLM)  # bare in, bare out
+    assert "rope_scaling" not in vars(scaled)  # nothing set on the module
     torch.testing.assert_close(model(x), before)
     for k, v in model.state_dict().items():
         torch.testing.assert_close(v, w[k])
@@ -138,13 +142,13 @@ def test_with_rope_scaling_copies_and_leaves_the_original_alone():
     # one scheme shared by every block, as in the original
     assert len(rope_modules(scaled)) == 1
     rot = rope_modules(scaled)[0].rotary
-    inv, _ = rope_inv_freq(HEAD_DIM, scaling=scaled.rope_scaling)
+    inv, _ = rope_inv_freq(HEAD_DIM, scaling=cfg)
     torch.testing.assert_close(rot.inv_freq, inv)
     assert all(b.attn.scheme is scaled.scheme for b in scaled.blocks)
 
 
 def test_identity_scalings_change_nothing():
-    model = tiny_model()
+    model = tiny_model().model
     x = tokens(40)
     ref = model(x)
     for cfg in (None, rope_scaling_config("linear", 1, 16), rope_scaling_config("yarn", 1, 16),
@@ -154,7 +158,7 @@ def test_identity_scalings_change_nothing():
 
 def test_linear_scaling_is_position_interpolation():
     """PI with factor s at positions s*k equals the original model at positions k."""
-    model = tiny_model()
+    model = tiny_model().model
     x = tokens(24)
     s = 4
     scaled = with_rope_scaling(model, rope_scaling_config("linear", s, 16))
@@ -190,24 +194,29 @@ def test_with_rope_scaling_bad_input():
 
 def test_fine_tune_trains_a_copy_and_caches_it(cache, corpus):
     model = tiny_model()
-    w = weights(model)
+    w = weights(model.model)
     a = fine_tune(model, length=32, steps=4, corpus=corpus, device="cpu")
+    assert isinstance(a, TrainedModel) and a.train_len == 32 and a.config.length == 32
     assert len(a.history) == 4 and all(math.isfinite(h) for h in a.history)
-    assert a.from_cache is False and not a.training
-    assert a.fine_tune_config.batch_size == TINY.batch_size * TINY.train_len // 32
-    for k, v in model.state_dict().items():
+    assert a.from_cache is False and not a.model.training
+    assert a.config.batch_size == TINY.batch_size * TINY.train_len // 32
+    for k, v in model.model.state_dict().items():
         torch.testing.assert_close(v, w[k])  # the original is untouched
-    assert any(not torch.equal(v, w[k]) for k, v in a.state_dict().items())
+    assert any(not torch.equal(v, w[k]) for k, v in a.model.state_dict().items())
     assert len(list(cache.glob("ft-lm-32-*.pt"))) == 1
     b = fine_tune(model, length=32, steps=4, corpus=corpus, device="cpu")
     assert b.from_cache is True and b.history == a.history
-    for k, v in a.state_dict().items():
-        torch.testing.assert_close(b.state_dict()[k], v)
+    for k, v in a.model.state_dict().items():
+        torch.testing.assert_close(b.model.state_dict()[k], v)
+    # the bare network starts from the same weights: the same cache entry
+    bare = fine_tune(model.model, length=32, steps=4, batch_size=a.config.batch_size, corpus=corpus,
+                     device="cpu")
+    assert bare.from_cache is True and bare.history == a.history
     # another scaling is another starting point: another cache entry
     scaled = with_rope_scaling(model, rope_scaling_config("linear", 2, 16))
     c = fine_tune(scaled, length=32, steps=4, corpus=corpus, device="cpu")
     assert c.from_cache is False and len(list(cache.glob("ft-lm-32-*.pt"))) == 2
-    assert rope_modules(c)[0].rotary.scaling["rope_type"] == "linear"
+    assert rope_modules(c.model)[0].rotary.scaling["rope_type"] == "linear"
 
 
 def test_fine_tune_is_deterministic_without_cache(corpus):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from posenc.attention import KVCache
-from posenc.model import ModelConfig, TransformerLM, scheme_kwargs
+from posenc.lab.model import ModelConfig, TransformerLM, scheme_kwargs
 from posenc.schemes import SCHEMES
 
 SMALL = {"dim": 32, "num_layers": 2, "num_heads": 4, "mlp_ratio": 2}

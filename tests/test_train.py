@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
-from posenc import train as T
-from posenc.data import load_corpus
-from posenc.train import (
+from posenc.lab import (
     TrainConfig,
+    TrainedModel,
+    build_model,
     cache_dir,
     evaluate,
-    lr_at,
-    passkey_accuracy,
+    load_corpus,
     run_extrapolation,
     set_cache_dir,
     train_model,
 )
+from posenc.lab.evaluate import passkey_accuracy
+from posenc.lab.train import lr_at
 
 TINY = TrainConfig(scheme="rope", dim=32, num_layers=1, num_heads=2, mlp_ratio=2, train_len=16,
                    batch_size=8, steps=40, warmup=5, lr=1e-2)
@@ -43,12 +45,18 @@ def params(model):
 
 
 def test_training_lowers_the_loss(corpus):
-    model = train_model(TINY, corpus=corpus, progress=False, cache=False)
-    h = model.history
+    trained = train_model(TINY, corpus=corpus, progress=False, cache=False)
+    assert isinstance(trained, TrainedModel) and trained.config is TINY
+    assert trained.train_len == TINY.train_len and trained.train_seconds > 0
+    h = trained.history
     assert len(h) == TINY.steps and all(math.isfinite(x) for x in h)
     assert sum(h[-5:]) / 5 < sum(h[:5]) / 5 - 0.5
     assert h[0] == pytest.approx(math.log(256), abs=0.3)  # starts near uniform over bytes
-    assert not model.training and model.from_cache is False
+    assert not trained.model.training and trained.from_cache is False
+    # a result object, nothing set on the module; and it cannot be changed
+    assert not {"history", "train_config", "from_cache", "train_seconds"} & set(vars(trained.model))
+    with pytest.raises(AttributeError):
+        trained.history = []
 
 
 def test_determinism_for_a_fixed_seed(corpus):
@@ -57,8 +65,8 @@ def test_determinism_for_a_fixed_seed(corpus):
     b = train_model(cfg, corpus=corpus, progress=False, cache=False)
     c = train_model(replace(cfg, seed=1), corpus=corpus, progress=False, cache=False)
     assert a.history == b.history
-    for k, v in a.state_dict().items():
-        assert torch.equal(v, b.state_dict()[k]), k
+    for k, v in a.model.state_dict().items():
+        assert torch.equal(v, b.model.state_dict()[k]), k
     assert a.history != c.history
 
 
@@ -71,9 +79,9 @@ def test_cache_round_trip(cache, corpus):
     assert state["key"] == cfg.key(corpus.sha256) and state["config"] == cfg.to_dict()
     assert path.stat().st_size < 200_000
     b = train_model(cfg, corpus=corpus, progress=False)
-    assert b.from_cache and b.history == a.history
-    for k, v in a.state_dict().items():
-        assert torch.equal(v, b.state_dict()[k]), k
+    assert b.from_cache and b.history == a.history and b.train_seconds == a.train_seconds
+    for k, v in a.model.state_dict().items():
+        assert torch.equal(v, b.model.state_dict()[k]), k
     # a damaged file is replaced by a fresh training run
     path.write_bytes(b"not a checkpoint")
     c = train_model(cfg, corpus=corpus, progress=False)
@@ -101,7 +109,8 @@ def test_cache_key_is_the_full_config():
 def test_cache_dir_setting_and_environment(monkeypatch, tmp_path):
     set_cache_dir(None)
     monkeypatch.delenv("POSENC_CACHE", raising=False)
-    assert cache_dir() == T.Path.home() / ".cache" / "posenc"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() in (tmp_path / "xdg" / "posenc", Path.home() / ".cache" / "posenc")
     monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "env"))
     assert cache_dir() == tmp_path / "env"
     set_cache_dir(tmp_path / "explicit")
@@ -120,18 +129,20 @@ def test_lr_schedule():
 
 
 def test_evaluate(corpus):
-    model = T.build_model(replace(TINY, scheme="alibi"))
-    model.train_config = TINY
-    out = evaluate(model, corpus.val, [8, 16, 48], num_tokens=480, batch_tokens=100)
+    model = build_model(replace(TINY, scheme="alibi"))
+    out = evaluate(model, corpus.val, [8, 16, 48], train_len=16, num_tokens=480, batch_tokens=100)
     assert out[8].tail_loss is None and out[16].tail_loss is None
     r = out[48]
     assert r.per_position.shape == (48,) and r.num_windows == 10
     assert r.loss == pytest.approx(float(r.per_position.mean()), rel=1e-6)
     assert r.tail_loss == pytest.approx(float(r.per_position[16:].mean()), rel=1e-6)
-    again = evaluate(model, corpus.val, [48], num_tokens=480, batch_tokens=10_000)[48]
+    # a TrainedModel brings its own train_len
+    wrapped = TrainedModel(model, TINY, 16, [], 0.0, from_cache=False)
+    again = evaluate(wrapped, corpus.val, [48], num_tokens=480, batch_tokens=10_000)[48]
     torch.testing.assert_close(again.per_position, r.per_position)
+    assert again.tail_loss == r.tail_loss
     with pytest.raises(ValueError, match="train_len"):
-        evaluate(T.build_model(TINY), corpus.val, [8])
+        evaluate(build_model(TINY), corpus.val, [8])
     assert 0.0 <= passkey_accuracy(model, 160, num=2) <= 1.0
 
 

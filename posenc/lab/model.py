@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_float, check_int, check_positions, check_tensor
-from .attention import KVCache, MultiHeadAttention
-from .schemes import SCHEMES, PositionScheme, make_scheme
+from .._checks import check_float, check_int, check_positions, check_tensor
+from ..attention import KVCache, MultiHeadAttention
+from ..schemes import SCHEMES, PositionScheme, make_scheme
 
 
 def scheme_kwargs(scheme: str, *, train_len: int) -> dict:

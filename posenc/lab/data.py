@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ._checks import check_float, check_int
+from .._checks import check_float, check_int
 
 # Modules shipped as Python source by every CPython from 3.10 on (none of them is removed by
 # PEP 594 or turned into a C stub). A module may be a file ``name.py`` or a package

@@ -4,10 +4,10 @@
   for a model trained on ``original_len`` tokens and extended ``factor`` times.
 * :func:`yarn_betas` rescales YaRN's ``beta_fast`` / ``beta_slow`` (32 and 1, chosen for the
   4096-token Llama 2) to another training length.
-* :func:`with_rope_scaling` returns a copy of a trained :class:`~posenc.model.TransformerLM`
+* :func:`with_rope_scaling` returns a copy of a trained :class:`~posenc.lab.model.TransformerLM`
   whose RoPE uses a scaling config (zero-shot extension: no weight changes).
 * :func:`fine_tune` continues training a copy at a new length, on the byte corpus or on the
-  passkey task, with a cache of the result like :func:`~posenc.train.train_model`'s.
+  passkey task, with a cache of the result like :func:`~posenc.lab.train_model`'s.
 * :func:`passkey_grid` measures passkey accuracy over lengths and needle depths.
 """
 
@@ -20,20 +20,21 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_float, check_int
+from .._checks import check_float, check_int
+from ..rope import RotaryEmbedding
+from ..rope_scaling import ROPE_TYPES
+from ..schemes import RoPE
+from .cache import atomic_save, cache_dir, locked
 from .data import Corpus, load_corpus, passkey_batch, passkey_min_length, random_windows
-from .device import default_device
+from .evaluate import passkey_accuracy
 from .model import TransformerLM
-from .rope import RotaryEmbedding
-from .rope_scaling import ROPE_TYPES
-from .schemes import RoPE
-from .train import _atomic_save, cache_dir, cpu_threads, passkey_accuracy
+from .train import TrainedModel, cpu_threads, resolve_device, unwrap
 
 FORMAT_VERSION = 1  # bump when a change makes cached fine-tuned weights stale
 
@@ -120,21 +121,20 @@ def rope_modules(model: torch.nn.Module) -> list[RoPE]:
     return out
 
 
-def with_rope_scaling(model: TransformerLM, scaling: Mapping | None) -> TransformerLM:
+def with_rope_scaling(model: TrainedModel | TransformerLM, scaling: Mapping | None):
     """A copy of ``model`` whose RoPE uses ``scaling`` (a ``rope_parameters`` dict, or ``None``
-    for the plain frequencies); the weights are shared by value, ``model`` is not changed.
+    for the plain frequencies); the weights are copied, ``model`` is not changed.
 
-    Head size, base, layout and partial rotary factor are kept. The copy carries
-    ``rope_scaling`` (the dict) and the original's attributes (``train_config``, ...).
-    Raises ``ValueError`` if the model has no RoPE.
+    Head size, base, layout and partial rotary factor are kept. A :class:`TrainedModel` gives a
+    :class:`TrainedModel` (same config, ``train_len`` and history, the scaled network); a bare
+    ``TransformerLM`` gives a ``TransformerLM``. Raises ``ValueError`` if the model has no RoPE.
     """
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    net, _ = unwrap(model)
     if scaling is not None and not isinstance(scaling, Mapping):
         raise TypeError(f"scaling must be None or a dict, got {type(scaling).__name__}")
-    if not rope_modules(model):
+    if not rope_modules(net):
         raise ValueError("model has no RoPE scheme to scale (with_rope_scaling needs scheme='rope')")
-    new = copy.deepcopy(model)
+    new = copy.deepcopy(net)
     for scheme in rope_modules(new):
         old = scheme.rotary
         keep = {"partial_rotary_factor": old.scaling["partial_rotary_factor"]} if (
@@ -144,8 +144,7 @@ def with_rope_scaling(model: TransformerLM, scaling: Mapping | None) -> Transfor
         scheme.rotary = RotaryEmbedding(
             old.head_dim, base=old.base, interleaved=old.interleaved, scaling=scaled
         ).to(old.inv_freq.device)
-    new.rope_scaling = None if scaling is None else dict(scaling)
-    return new
+    return replace(model, model=new) if isinstance(model, TrainedModel) else new
 
 
 # --------------------------------------------------------------------- fine-tuning
@@ -167,7 +166,7 @@ class FineTuneConfig:
     seed: int
 
     def lr_at(self, step: int) -> float:
-        """Linear warm-up, then cosine down to ``lr * min_lr_ratio`` (as in ``posenc.train``)."""
+        """Linear warm-up, then cosine down to ``lr * min_lr_ratio`` (as in :func:`posenc.lab.train.lr_at`)."""
         if step < self.warmup:
             return self.lr * (step + 1) / self.warmup
         t = min(1.0, (step - self.warmup) / max(1, self.steps - self.warmup))
@@ -221,7 +220,7 @@ def _loss(model: TransformerLM, cfg: FineTuneConfig, step: int, data: Tensor | N
 
 
 def fine_tune(
-    model: TransformerLM,
+    model: TrainedModel | TransformerLM,
     *,
     length: int,
     steps: int,
@@ -238,30 +237,74 @@ def fine_tune(
     progress: bool = False,
     cache: bool = True,
     threads: int | None = 1,
-) -> TransformerLM:
-    """Continue training a copy of ``model`` on sequences of ``length`` tokens; ``model`` is
-    not changed. Returned in eval mode, on ``device``.
+) -> TrainedModel:
+    """Continue training a copy of ``model`` (a :class:`TrainedModel` or a bare
+    ``TransformerLM``) on sequences of ``length`` tokens; ``model`` is not changed. Returns a
+    :class:`TrainedModel` (``config``: the :class:`FineTuneConfig`, ``train_len``: ``length``,
+    ``history``: loss per step) whose network is in eval mode, on ``device``.
 
     ``task="lm"``: next-byte prediction on random windows of ``corpus.train``; ``"passkey"``:
-    passkey examples (:func:`posenc.data.passkey_batch`) of a random length per step, up to
+    passkey examples (:func:`posenc.lab.data.passkey_batch`) of a random length per step, up to
     ``length`` inputs, with the loss of every byte plus, once more, that of the 5 key digits.
     (At one fixed length a small model learns the few distances between needle and question
     instead of retrieval; the extra weight on the key makes the retrieval signal count.)
     ``batch_size`` defaults to the same number of tokens per step as the original training
-    (``train_config.batch_size * train_config.train_len // length``, at least 1); ``warmup`` to
-    10 % of the steps. AdamW with the schedule and weight-decay groups of
-    :func:`posenc.train.train_model`. The RoPE scaling inside ``model`` (see
+    (``config.batch_size * train_len // length`` of a :class:`TrainedModel`, 2048 tokens for a
+    bare model; at least 1); ``warmup`` to 10 % of the steps. AdamW with the schedule and
+    weight-decay groups of :func:`posenc.lab.train_model`. The RoPE scaling inside ``model`` (see
     :func:`with_rope_scaling`) is used as it is. ``threads``: CPU threads while training
-    (``None``: torch's setting), 1 by default as in :func:`posenc.train.train_model`.
+    (``None``: torch's setting), 1 by default as in :func:`posenc.lab.train_model`.
 
-    With ``cache=True`` the result is stored under :func:`posenc.train.cache_dir`, keyed by the
-    starting weights, the model config, its RoPE scaling, the arguments and the corpus. The
-    copy carries ``fine_tune_config``, ``history`` (loss per step), ``train_seconds``,
-    ``from_cache`` and the original's ``train_config``.
+    With ``cache=True`` the result is stored under :func:`posenc.lab.cache_dir`, keyed by the
+    starting weights, the model config, its RoPE scaling, the arguments and the corpus, under a
+    file lock (two processes never fine-tune the same model at once).
     """
-    if not isinstance(model, TransformerLM):
-        raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
-    if task not in ("lm", "passkey"):
+    net, _ = unwrap(model)
+    cfg, data, corpus_sha = _fine_tune_setup(
+        model, length=length, steps=steps, task=task, batch_size=batch_size, lr=lr, warmup=warmup,
+        min_lr_ratio=min_lr_ratio, weight_decay=weight_decay, grad_clip=grad_clip, seed=seed,
+        corpus=corpus,
+    )  # fmt: skip
+    if threads is not None:
+        check_int("threads", threads, minimum=1)
+    device = resolve_device(device)
+    key = _fine_tune_key(net, cfg, corpus_sha)
+    path = cache_dir() / f"ft-{cfg.task}-{cfg.length}-{key[:24]}.pt"
+    with locked(path, enabled=cache):
+        if cache and path.is_file():
+            new = copy.deepcopy(net).to(device)
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+                if state.get("key") != key:
+                    raise ValueError("cache key mismatch")
+                new.load_state_dict(state["model"])
+            except Exception:  # stale or damaged: train again and overwrite it
+                pass
+            else:
+                new.eval()
+                return TrainedModel(new, cfg, cfg.length, list(state["history"]),
+                                    float(state["train_seconds"]), from_cache=True)
+        new = copy.deepcopy(net).to(device)
+        with cpu_threads(threads if device.type == "cpu" else None):
+            history, seconds = _fine_tune(new, cfg, data, device, progress)
+        if cache:
+            atomic_save(
+                {
+                    "key": key, "format_version": FORMAT_VERSION,
+                    "fine_tune": asdict(cfg), "history": history, "train_seconds": seconds,
+                    "model": {k: v.detach().cpu() for k, v in new.state_dict().items()},
+                },
+                path,
+            )  # fmt: skip
+    return TrainedModel(new, cfg, cfg.length, history, seconds, from_cache=False)
+
+
+def _fine_tune_setup(
+    model, *, length, steps, task, batch_size, lr, warmup, min_lr_ratio, weight_decay, grad_clip,
+    seed, corpus,
+) -> tuple[FineTuneConfig, Tensor | None, str | None]:
+    """Checked arguments of :func:`fine_tune`: its config, the training bytes, the corpus hash."""
+    if not isinstance(task, str) or task not in ("lm", "passkey"):
         raise ValueError(f"task must be 'lm' or 'passkey', got {task!r}")
     length = check_int("length", length, minimum=2)
     if task == "passkey" and length + 1 < passkey_min_length():
@@ -270,8 +313,9 @@ def fine_tune(
         )
     steps = check_int("steps", steps, minimum=1)
     if batch_size is None:
-        tc = getattr(model, "train_config", None)
-        tokens = tc.batch_size * tc.train_len if tc is not None else 2048
+        tokens = 2048
+        if isinstance(model, TrainedModel):
+            tokens = model.config.batch_size * model.train_len
         batch_size = max(1, tokens // length)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     warmup = max(1, steps // 10) if warmup is None else check_int("warmup", warmup, minimum=0)
@@ -283,49 +327,17 @@ def fine_tune(
         grad_clip=check_float("grad_clip", grad_clip, minimum=0.0),
         seed=check_int("seed", seed, minimum=0),
     )  # fmt: skip
-    device = default_device() if device in (None, "auto") else torch.device(device)
-    data = None
-    corpus_sha = None
-    if task == "lm":
-        corpus = load_corpus() if corpus is None else corpus
-        data, corpus_sha = corpus.train, corpus.sha256
-    key = hashlib.sha256(
-        json.dumps(
-            {"start": _fingerprint(model), "fine_tune": asdict(cfg), "corpus": corpus_sha},
-            sort_keys=True,
-        ).encode()
-    ).hexdigest()
-    path = cache_dir() / f"ft-{task}-{length}-{key[:24]}.pt"
+    if corpus is not None and not isinstance(corpus, Corpus):
+        raise TypeError(f"corpus must be a Corpus or None, got {type(corpus).__name__}")
+    if task != "lm":
+        return cfg, None, None
+    corpus = load_corpus() if corpus is None else corpus
+    return cfg, corpus.train, corpus.sha256
 
-    new = copy.deepcopy(model).to(device)
-    if cache and path.is_file():
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            if state.get("key") != key:
-                raise ValueError("cache key mismatch")
-            new.load_state_dict(state["model"])
-        except Exception:  # stale or damaged: train again and overwrite it
-            new = copy.deepcopy(model).to(device)
-        else:
-            new.eval()
-            new.fine_tune_config, new.history = cfg, list(state["history"])
-            new.train_seconds, new.from_cache = float(state["train_seconds"]), True
-            return new
 
-    with cpu_threads(threads if device.type == "cpu" else None):
-        history, seconds = _fine_tune(new, cfg, data, device, progress)
-    if cache:
-        _atomic_save(
-            {
-                "key": key, "format_version": FORMAT_VERSION, "fine_tune": asdict(cfg),
-                "history": history, "train_seconds": seconds,
-                "model": {k: v.detach().cpu() for k, v in new.state_dict().items()},
-            },
-            path,
-        )  # fmt: skip
-    new.fine_tune_config, new.history = cfg, history
-    new.train_seconds, new.from_cache = seconds, False
-    return new
+def _fine_tune_key(net: TransformerLM, cfg: FineTuneConfig, corpus_sha: str | None) -> str:
+    blob = {"start": _fingerprint(net), "fine_tune": asdict(cfg), "corpus": corpus_sha}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
 
 
 def _fine_tune(
@@ -365,7 +377,7 @@ def _fine_tune(
 
 @torch.no_grad()
 def passkey_grid(
-    model: TransformerLM,
+    model: TrainedModel | TransformerLM,
     lengths: Sequence[int],
     depths: Sequence[float],
     *,
@@ -379,16 +391,20 @@ def passkey_grid(
     Depth ``i`` uses the examples of seed ``seed + i`` at every length. ``threads``: CPU threads
     (``None``: torch's setting); one is often faster for a model this small, and never slower
     by much."""
-    lengths = [check_int("length", n, minimum=passkey_min_length()) for n in lengths]
-    depths = [check_float("depth", d, minimum=0.0) for d in depths]
+    net, _ = unwrap(model)
+    for name, seq in (("lengths", lengths), ("depths", depths)):
+        if isinstance(seq, (str, bytes, Tensor)) or not isinstance(seq, Sequence):
+            raise TypeError(f"{name} must be a list of numbers, got {seq!r}")
+    lengths = [check_int("lengths", n, minimum=passkey_min_length()) for n in lengths]
+    depths = [check_float("depths", d, minimum=0.0) for d in depths]
     if any(d > 1 for d in depths):
         raise ValueError(f"depths must lie in [0, 1], got {depths}")
     if not lengths or not depths:
         raise ValueError("lengths and depths must each hold at least one value")
     out = torch.zeros(len(depths), len(lengths))
-    cpu = next(model.parameters()).device.type == "cpu"
+    cpu = next(net.parameters()).device.type == "cpu"
     with cpu_threads(threads if cpu else None):
         for j, n in enumerate(lengths):
             for i, d in enumerate(depths):
-                out[i, j] = passkey_accuracy(model, n, num=num, seed=seed + i, depth=d)
+                out[i, j] = passkey_accuracy(net, n, num=num, seed=seed + i, depth=d)
     return out
