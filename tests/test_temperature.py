@@ -65,3 +65,94 @@ def test_nope_layer_equals_llama4_text_attention(past):
     with torch.no_grad():
         torch.testing.assert_close(attn.o_proj(out)[:, past:], out_hf)
     assert L == out_hf.shape[1]
+
+
+# ------------------------------------------------------------ iRoPE layers in the lab's model
+
+
+def test_per_layer_list_of_one_scheme_equals_the_scheme():
+    from posenc.lab.model import TransformerLM
+
+    tokens = torch.randint(0, 256, (2, 12))
+    torch.manual_seed(0)
+    a = TransformerLM(scheme="rope", dim=32, num_layers=2, num_heads=4)
+    torch.manual_seed(0)
+    b = TransformerLM(scheme=["rope", "rope"], dim=32, num_layers=2, num_heads=4)
+    torch.testing.assert_close(a(tokens), b(tokens), rtol=0, atol=0)
+
+
+def test_irope_layers_and_temperature_in_the_model():
+    from posenc.lab.config import TrainConfig
+    from posenc.lab.model import TemperedNoPE
+    from posenc.lab.train import build_model
+    from posenc.schemes import NoPE, RoPE
+
+    cfg = TrainConfig(scheme=["rope", "rope", "rope", "nope"], num_layers=4, dim=32,
+                      scheme_options={"nope": {"floor_scale": 16, "attn_scale": 0.2}})
+    model = build_model(cfg)
+    kinds = [type(b.attn.scheme) for b in model.blocks]
+    assert kinds == [RoPE, RoPE, RoPE, TemperedNoPE]
+    assert model.blocks[0].attn.scheme is model.blocks[2].attn.scheme  # one RoPE shared
+    assert cfg.scheme_label == "rope+rope+rope+nope" and "rope+rope+rope+nope" in cfg.cache_path("x").name
+    plain = build_model(TrainConfig(scheme=["rope", "nope"], num_layers=2, dim=32)).blocks[1].attn.scheme
+    assert type(plain) is NoPE
+    assert cfg.key("x") != TrainConfig(scheme=["rope", "rope", "rope", "nope"], num_layers=4, dim=32).key("x")
+
+
+def test_incremental_decoding_with_tempered_nope_equals_full_forward():
+    from posenc.attention import KVCache
+    from posenc.lab.model import TransformerLM
+
+    torch.manual_seed(0)
+    model = TransformerLM(scheme=["rope", "nope"], dim=32, num_layers=2, num_heads=4,
+                          scheme_kwargs={"nope": {"floor_scale": 2, "attn_scale": 0.5}}).eval()
+    tokens = torch.randint(0, 256, (1, 9))
+    with torch.no_grad():
+        full = model(tokens)
+        caches = [KVCache() for _ in model.blocks]
+        steps = [model(tokens[:, :5], caches=caches)] + [model(tokens[:, i:i + 1], caches=caches)
+                                                           for i in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_lab_nope_layer_equals_llama4_text_attention():
+    """MultiHeadAttention with the lab's TemperedNoPE = HF's Llama 4 NoPE attention (same weights)."""
+    tf = pytest.importorskip("transformers", minversion="5.0")
+    from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
+
+    from posenc.attention import MultiHeadAttention
+    from posenc.lab.model import TemperedNoPE
+
+    cfg = tf.Llama4TextConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, head_dim=8,
+                              num_hidden_layers=1, no_rope_layers=[0], floor_scale=4, attn_scale=0.25,
+                              attn_temperature_tuning=True, attention_bias=False, intermediate_size=64,
+                              intermediate_size_mlp=64, vocab_size=50)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    hf = Llama4TextAttention(cfg, 0).eval()
+    ours = MultiHeadAttention(32, 4, scheme=TemperedNoPE(floor_scale=4, attn_scale=0.25)).eval()
+    with torch.no_grad():
+        ours.qkv.weight.copy_(torch.cat([hf.q_proj.weight, hf.k_proj.weight, hf.v_proj.weight]))
+        ours.proj.weight.copy_(hf.o_proj.weight)
+        x = torch.randn(2, 21, 32)
+        mask = torch.full((21, 21), float("-inf")).triu(1)[None, None]
+        torch.testing.assert_close(ours(x), hf(x, None, mask)[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    ({"scheme": ["rope", "learned"], "num_layers": 2}, "may hold rope, alibi, t5, nope"),
+    ({"scheme": ["rope", "nope"], "num_layers": 3}, "scheme lists 2 layers but num_layers=3"),
+    ({"scheme": ["rope", "nope"], "num_layers": 2, "scheme_options": {"base": 500.0}}, "scheme_options maps"),
+])
+def test_per_layer_bad_input(kwargs, msg):
+    from posenc.lab.config import TrainConfig
+
+    with pytest.raises(ValueError, match=msg):
+        TrainConfig(**kwargs)
+
+
+def test_tempered_nope_bad_input():
+    from posenc.lab.model import TransformerLM
+
+    with pytest.raises(ValueError, match="scheme 'nope' takes floor_scale and attn_scale"):
+        TransformerLM(scheme="nope", dim=32, num_layers=1, scheme_kwargs={"base": 2})
