@@ -156,3 +156,29 @@ def test_tempered_nope_bad_input():
 
     with pytest.raises(ValueError, match="scheme 'nope' takes floor_scale and attn_scale"):
         TransformerLM(scheme="nope", dim=32, num_layers=1, scheme_kwargs={"base": 2})
+
+
+def test_chunked_rope_layer_attends_within_its_chunk_only():
+    """Llama 4's RoPE layers use chunked attention: the bias equals a written-out block mask, a
+    token never sees an earlier chunk, and decoding with a KV cache equals the full pass."""
+    from posenc.attention import KVCache
+    from posenc.lab.model import ChunkedRoPE, TransformerLM
+
+    scheme = ChunkedRoPE(8, attention_chunk=3)
+    want = torch.tensor([[0.0 if n // 3 == m // 3 else float("-inf") for n in range(7)]
+                         for m in range(2, 7)])  # queries are the last 5 of 7 positions
+    torch.testing.assert_close(scheme.bias(5, 7)[0], want)
+
+    torch.manual_seed(0)
+    model = TransformerLM(scheme=["rope"], dim=32, num_layers=1, num_heads=4,
+                          scheme_kwargs={"rope": {"attention_chunk": 4}}).eval()
+    tokens = torch.randint(0, 255, (1, 11))
+    changed = tokens.clone()
+    changed[0, 1] += 1  # a token of chunk 0
+    with torch.no_grad():
+        diff = (model(tokens) - model(changed)).abs().amax(-1)[0]  # [L]
+        assert (diff[:4] > 0)[1:].all() and (diff[4:] == 0).all()
+        caches = [KVCache()]
+        steps = [model(tokens[:, :6], caches=caches)] + [model(tokens[:, i:i + 1], caches=caches)
+                                                           for i in range(6, 11)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), model(tokens), atol=1e-5, rtol=1e-5)

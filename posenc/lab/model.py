@@ -6,7 +6,8 @@ an output layer tied to the token embedding, as in GPT-2. One position scheme (s
 embeddings, ``rotate`` and ``bias`` act inside each attention layer. ``scheme`` may instead be a
 list with one name per layer (iRoPE, as Llama 4: ``["rope", "rope", "rope", "nope"]``); a NoPE
 layer given ``floor_scale`` and ``attn_scale`` scales its queries by Llama 4's attention
-temperature (:func:`posenc.llama4_attn_scale`). Nothing else changes
+temperature (:func:`posenc.llama4_attn_scale`), and a RoPE layer given ``attention_chunk``
+attends only within chunks of that many tokens, as Llama 4's RoPE layers do. Nothing else changes
 between schemes, so a difference in loss is a difference of position scheme.
 
 Token embeddings start as ``N(0, 1/dim)`` for every scheme. The scheme-specific settings a fair
@@ -24,7 +25,7 @@ from torch import Tensor, nn
 
 from .._checks import check_float, check_int, check_positions, check_tensor
 from ..attention import KVCache, MultiHeadAttention
-from ..schemes import SCHEMES, PositionScheme, make_scheme
+from ..schemes import SCHEMES, PositionScheme, RoPE, make_scheme
 from ..temperature import llama4_attn_scale
 
 LAYER_SCHEMES = ("rope", "alibi", "t5", "nope")
@@ -49,8 +50,30 @@ class TemperedNoPE(PositionScheme):
         return f"floor_scale={self.floor_scale}, attn_scale={self.attn_scale}"
 
 
+class ChunkedRoPE(RoPE):
+    """RoPE in chunked attention, as Llama 4's RoPE layers: a query at position ``m`` sees only
+    the keys of its own chunk, ``n // chunk == m // chunk`` (and ``n <= m``)."""
+
+    def __init__(self, head_dim: int, *, attention_chunk: int, **kwargs) -> None:
+        super().__init__(head_dim, **kwargs)
+        self.chunk = check_int("attention_chunk", attention_chunk, minimum=1)
+
+    def bias(self, q_len: int, k_len: int, *, causal: bool = True) -> Tensor:
+        dev = self.rotary.inv_freq.device
+        i = torch.arange(k_len - q_len, k_len, device=dev) // self.chunk  # queries: the last q_len
+        j = torch.arange(k_len, device=dev) // self.chunk
+        out = torch.zeros(1, q_len, k_len, device=dev)  # [1, Lq, Lk]
+        return out.masked_fill(i[:, None] != j[None, :], float("-inf"))
+
+    def extra_repr(self) -> str:
+        return f"attention_chunk={self.chunk}"
+
+
 def layer_scheme(name: str, *, dim: int, num_heads: int, max_len: int | None, **kwargs) -> PositionScheme:
-    """``make_scheme``, plus NoPE with temperature tuning when ``floor_scale``/``attn_scale`` are given."""
+    """``make_scheme``, plus NoPE with temperature tuning when ``floor_scale``/``attn_scale`` are
+    given, and RoPE in chunked attention when ``attention_chunk`` is given (Llama 4's layers)."""
+    if name == "rope" and "attention_chunk" in kwargs:
+        return ChunkedRoPE(dim // num_heads, **kwargs)
     if name == "nope" and kwargs:
         unknown = sorted(set(kwargs) - {"floor_scale", "attn_scale"})
         if unknown:
