@@ -10,8 +10,11 @@ package never imports it.
 
 from .alibi import alibi_bias, alibi_bias_padded, alibi_score_mod, alibi_slopes
 from .attention import KVCache, MultiHeadAttention, attend, causal_block_mask, causal_mask
+from .axial import axial_rope_cos_sin
 from .device import default_device
 from .learned import LearnedPositionalEmbedding
+from .mla import mla_rope
+from .mrope import mrope_cos_sin, mrope_position_ids
 from .rope import (
     RotaryEmbedding,
     apply_rope,
@@ -35,6 +38,7 @@ from .schemes import (
 )
 from .sinusoidal import SinusoidalPositionalEmbedding, sinusoidal_table
 from .t5 import T5RelativeBias, t5_relative_bucket
+from .temperature import llama4_attn_scale
 
 
 def _version() -> str:
@@ -72,6 +76,11 @@ __all__ = [
     "alibi_slopes",
     "apply_rope",
     "attend",
+    "axial_rope_cos_sin",
+    "llama4_attn_scale",
+    "mla_rope",
+    "mrope_cos_sin",
+    "mrope_position_ids",
     "causal_block_mask",
     "causal_mask",
     "convert_rope_weight",

@@ -10,7 +10,7 @@ from pathlib import Path
 from .._checks import check_float, check_int
 from ..schemes import SCHEMES
 from .cache import FORMAT_VERSION, cache_dir
-from .model import ModelConfig, scheme_kwargs
+from .model import ModelConfig, check_layer_schemes, scheme_kwargs
 
 
 @dataclass(frozen=True)
@@ -22,13 +22,16 @@ class TrainConfig:
     initial values -- that is what testing a learned table on longer inputs means. Other
     schemes ignore it. ``scheme_options`` are keyword arguments for the scheme on top of the
     fair defaults of :func:`~posenc.lab.model.scheme_kwargs` (e.g. ``{"scale": True}`` for
-    sinusoidal, ``{"base": 500000.0}`` for RoPE). ``warmup`` is a number of steps; the
+    sinusoidal, ``{"base": 500000.0}`` for RoPE). ``scheme`` may be a list with one name per
+    layer (e.g. ``["rope", "rope", "rope", "nope"]``, iRoPE); ``scheme_options`` then maps a
+    name to its options, e.g. ``{"nope": {"floor_scale": 32, "attn_scale": 0.1}}`` for Llama 4's
+    attention temperature in the NoPE layers. ``warmup`` is a number of steps; the
     learning rate then follows a cosine from ``lr`` down to ``lr * min_lr_ratio``. Weight
     decay applies to the blocks' matrices only (not to embeddings, position parameters, norms
     or biases).
     """
 
-    scheme: str = "alibi"
+    scheme: str | tuple[str, ...] = "alibi"
     dim: int = 64
     num_layers: int = 2
     num_heads: int = 4
@@ -46,7 +49,10 @@ class TrainConfig:
     scheme_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.scheme, str) or self.scheme not in SCHEMES:
+        if isinstance(self.scheme, list | tuple):
+            check_int("num_layers", self.num_layers, minimum=1)
+            object.__setattr__(self, "scheme", check_layer_schemes(self.scheme, self.num_layers))
+        elif not isinstance(self.scheme, str) or self.scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {self.scheme!r}: scheme must be one of {', '.join(SCHEMES)}")
         for name in ("dim", "num_layers", "num_heads", "mlp_ratio", "train_len", "batch_size", "steps"):
             check_int(name, getattr(self, name), minimum=1)
@@ -60,18 +66,36 @@ class TrainConfig:
             raise ValueError(f"max_len must be >= train_len={self.train_len}, got {self.max_len}")
         if not isinstance(self.scheme_options, dict):
             raise TypeError(f"scheme_options must be a dict, got {type(self.scheme_options).__name__}")
+        if not isinstance(self.scheme, str):
+            opts = self.scheme_options.items()
+            bad = {k: v for k, v in opts if k not in self.scheme or not isinstance(v, dict)}
+            if bad:
+                raise ValueError(
+                    f"with a per-layer scheme list, scheme_options maps a scheme of the list to a dict "
+                    f"of its options, e.g. {{'nope': {{'floor_scale': 32}}}}; got {bad}"
+                )
 
     @property
     def table_len(self) -> int:
         """Rows of the learned absolute table."""
         return self.max_len if self.max_len is not None else 16 * self.train_len
 
+    @property
+    def scheme_label(self) -> str:
+        """The scheme's name, or the per-layer names joined by ``+`` (for file names and logs)."""
+        return self.scheme if isinstance(self.scheme, str) else "+".join(self.scheme)
+
     def model_config(self) -> ModelConfig:
+        if isinstance(self.scheme, str):
+            kwargs = {**scheme_kwargs(self.scheme, train_len=self.train_len), **self.scheme_options}
+        else:
+            kwargs = {n: {**scheme_kwargs(n, train_len=self.train_len), **self.scheme_options.get(n, {})}
+                      for n in dict.fromkeys(self.scheme)}
         return ModelConfig(
             scheme=self.scheme, dim=self.dim, num_layers=self.num_layers, num_heads=self.num_heads,
             mlp_ratio=self.mlp_ratio, vocab_size=256,
             max_len=self.table_len if self.scheme == "learned" else None,
-            scheme_kwargs={**scheme_kwargs(self.scheme, train_len=self.train_len), **self.scheme_options},
+            scheme_kwargs=kwargs,
         )
 
     def to_dict(self) -> dict:
@@ -90,7 +114,7 @@ class TrainConfig:
 
     def cache_path(self, corpus_sha256: str) -> Path:
         """The file that holds this model's weights for that corpus."""
-        return cache_dir() / f"lm-{self.scheme}-{self.key(corpus_sha256)[:24]}.pt"
+        return cache_dir() / f"lm-{self.scheme_label}-{self.key(corpus_sha256)[:24]}.pt"
 
 
 def full_config(scheme: str = "alibi", *, seed: int = 0, **overrides) -> TrainConfig:

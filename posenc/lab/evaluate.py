@@ -192,7 +192,7 @@ def passkey_accuracy(
 def eval_path(cfg: TrainConfig, corpus: Corpus, lengths: list[int], num_tokens: int) -> Path:
     """The cache file of ``cfg``'s model evaluated at ``lengths`` with ``num_tokens``."""
     what = json.dumps([cfg.key(corpus.sha256), lengths, num_tokens, FORMAT_VERSION])
-    return cache_dir() / f"eval-{cfg.scheme}-{hashlib.sha256(what.encode()).hexdigest()[:24]}.pt"
+    return cache_dir() / f"eval-{cfg.scheme_label}-{hashlib.sha256(what.encode()).hexdigest()[:24]}.pt"
 
 
 def save_evals(cfg, corpus, lengths, num_tokens, results: dict[int, EvalResult], seconds: float) -> None:

@@ -3,7 +3,11 @@
 Pre-LayerNorm blocks (attention, then an MLP, each on ``x + f(LN(x))``), a final LayerNorm and
 an output layer tied to the token embedding, as in GPT-2. One position scheme (see
 ``posenc.schemes``) is shared by every block: the ``embed`` hook acts once on the token
-embeddings, ``rotate`` and ``bias`` act inside each attention layer. Nothing else changes
+embeddings, ``rotate`` and ``bias`` act inside each attention layer. ``scheme`` may instead be a
+list with one name per layer (iRoPE, as Llama 4: ``["rope", "rope", "rope", "nope"]``); a NoPE
+layer given ``floor_scale`` and ``attn_scale`` scales its queries by Llama 4's attention
+temperature (:func:`posenc.llama4_attn_scale`), and a RoPE layer given ``attention_chunk``
+attends only within chunks of that many tokens, as Llama 4's RoPE layers do. Nothing else changes
 between schemes, so a difference in loss is a difference of position scheme.
 
 Token embeddings start as ``N(0, 1/dim)`` for every scheme. The scheme-specific settings a fair
@@ -21,7 +25,62 @@ from torch import Tensor, nn
 
 from .._checks import check_float, check_int, check_positions, check_tensor
 from ..attention import KVCache, MultiHeadAttention
-from ..schemes import SCHEMES, PositionScheme, make_scheme
+from ..schemes import SCHEMES, PositionScheme, RoPE, make_scheme
+from ..temperature import llama4_attn_scale
+
+LAYER_SCHEMES = ("rope", "alibi", "t5", "nope")
+"""The schemes a per-layer list may hold: those that act inside attention (no ``embed`` hook)."""
+
+
+class TemperedNoPE(PositionScheme):
+    """NoPE whose queries at position ``m`` are multiplied by Llama 4's attention temperature
+    ``1 + attn_scale * log(1 + floor((m + 1) / floor_scale))`` (no rotation, no bias)."""
+
+    def __init__(self, *, floor_scale: float, attn_scale: float) -> None:
+        super().__init__()
+        self.floor_scale = check_float("floor_scale", floor_scale, positive=True)
+        self.attn_scale = check_float("attn_scale", attn_scale, minimum=0.0)
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        s = llama4_attn_scale(positions, floor_scale=self.floor_scale, attn_scale=self.attn_scale)
+        s = s[:, None] if s.dim() == 1 else s[:, None, :, None]  # [L, 1] or [B, 1, L, 1]
+        return (q * s.to(q.device)).to(q.dtype), k
+
+    def extra_repr(self) -> str:
+        return f"floor_scale={self.floor_scale}, attn_scale={self.attn_scale}"
+
+
+class ChunkedRoPE(RoPE):
+    """RoPE in chunked attention, as Llama 4's RoPE layers: a query at position ``m`` sees only
+    the keys of its own chunk, ``n // chunk == m // chunk`` (and ``n <= m``)."""
+
+    def __init__(self, head_dim: int, *, attention_chunk: int, **kwargs) -> None:
+        super().__init__(head_dim, **kwargs)
+        self.chunk = check_int("attention_chunk", attention_chunk, minimum=1)
+
+    def bias(self, q_len: int, k_len: int, *, causal: bool = True) -> Tensor:
+        dev = self.rotary.inv_freq.device
+        i = torch.arange(k_len - q_len, k_len, device=dev) // self.chunk  # queries: the last q_len
+        j = torch.arange(k_len, device=dev) // self.chunk
+        out = torch.zeros(1, q_len, k_len, device=dev)  # [1, Lq, Lk]
+        return out.masked_fill(i[:, None] != j[None, :], float("-inf"))
+
+    def extra_repr(self) -> str:
+        return f"attention_chunk={self.chunk}"
+
+
+def layer_scheme(name: str, *, dim: int, num_heads: int, max_len: int | None, **kwargs) -> PositionScheme:
+    """``make_scheme``, plus NoPE with temperature tuning when ``floor_scale``/``attn_scale`` are
+    given, and RoPE in chunked attention when ``attention_chunk`` is given (Llama 4's layers)."""
+    if name == "rope" and "attention_chunk" in kwargs:
+        return ChunkedRoPE(dim // num_heads, **kwargs)
+    if name == "nope" and kwargs:
+        unknown = sorted(set(kwargs) - {"floor_scale", "attn_scale"})
+        if unknown:
+            raise ValueError(f"scheme 'nope' takes floor_scale and attn_scale, got {unknown}")
+        return TemperedNoPE(floor_scale=kwargs.get("floor_scale", 8192.0),
+                            attn_scale=kwargs.get("attn_scale", 0.1))
+    return make_scheme(name, dim=dim, num_heads=num_heads, max_len=max_len, causal=True, **kwargs)
 
 
 def scheme_kwargs(scheme: str, *, train_len: int) -> dict:
@@ -47,9 +106,13 @@ def scheme_kwargs(scheme: str, *, train_len: int) -> dict:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Shape of a :class:`TransformerLM`. ``max_len`` matters only to ``"learned"`` (its rows)."""
+    """Shape of a :class:`TransformerLM`. ``max_len`` matters only to ``"learned"`` (its rows).
 
-    scheme: str = "alibi"
+    ``scheme`` is a name, or a list of ``num_layers`` names from :data:`LAYER_SCHEMES` (one per
+    layer); then ``scheme_kwargs`` maps a name to its keyword arguments.
+    """
+
+    scheme: str | tuple[str, ...] = "alibi"
     dim: int = 64
     num_layers: int = 2
     num_heads: int = 4
@@ -59,10 +122,12 @@ class ModelConfig:
     scheme_kwargs: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.scheme not in SCHEMES:
-            raise ValueError(f"unknown scheme {self.scheme!r}; allowed: {', '.join(SCHEMES)}")
         for name in ("dim", "num_layers", "num_heads", "mlp_ratio", "vocab_size"):
             check_int(name, getattr(self, name), minimum=1)
+        if isinstance(self.scheme, list | tuple):
+            object.__setattr__(self, "scheme", check_layer_schemes(self.scheme, self.num_layers))
+        elif self.scheme not in SCHEMES:
+            raise ValueError(f"unknown scheme {self.scheme!r}; allowed: {', '.join(SCHEMES)}")
         if self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
         if self.max_len is not None:
@@ -74,6 +139,19 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def check_layer_schemes(schemes: list | tuple, num_layers: int) -> tuple[str, ...]:
+    """A per-layer scheme list as a tuple, or a ``ValueError`` naming what is wrong."""
+    bad = [s for s in schemes if s not in LAYER_SCHEMES]
+    if bad:
+        raise ValueError(
+            f"a per-layer scheme list may hold {', '.join(LAYER_SCHEMES)} (schemes without an embed "
+            f"hook), got {bad}"
+        )
+    if len(schemes) != num_layers:
+        raise ValueError(f"scheme lists {len(schemes)} layers but num_layers={num_layers}")
+    return tuple(schemes)
 
 
 class Block(nn.Module):
@@ -111,11 +189,16 @@ class TransformerLM(nn.Module):
         self.config = config
         d = config.dim
         self.embed = nn.Embedding(config.vocab_size, d)
-        self.scheme = make_scheme(
-            config.scheme, dim=d, num_heads=config.num_heads, max_len=config.max_len, causal=True,
-            **config.scheme_kwargs,
-        )
-        self.blocks = nn.ModuleList(Block(config, self.scheme) for _ in range(config.num_layers))
+        shape = {"dim": d, "num_heads": config.num_heads, "max_len": config.max_len}
+        if isinstance(config.scheme, str):
+            self.scheme = layer_scheme(config.scheme, **shape, **config.scheme_kwargs)
+            layers = [self.scheme] * config.num_layers
+        else:  # one scheme per layer; layers with the same name share one instance
+            self.scheme = PositionScheme()  # no embed hook: nothing to add to the input
+            made = {n: layer_scheme(n, **shape, **config.scheme_kwargs.get(n, {}))
+                    for n in dict.fromkeys(config.scheme)}
+            layers = [made[n] for n in config.scheme]
+        self.blocks = nn.ModuleList(Block(config, layers[i]) for i in range(config.num_layers))
         self.ln_f = nn.LayerNorm(d)
         self.reset_parameters()
 

@@ -254,4 +254,5 @@ def _progress_bar(config: TrainConfig, progress: bool):
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=config.steps, desc=f"{config.scheme:>10} seed {config.seed}", leave=False, unit="step")
+    label = getattr(config, "scheme_label", config.scheme)  # per-layer lists: "rope+nope"
+    return tqdm(total=config.steps, desc=f"{label:>10} seed {config.seed}", leave=False, unit="step")
