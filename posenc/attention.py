@@ -323,6 +323,12 @@ class MultiHeadAttention(nn.Module):
         keys and values are appended to it and the queries see every cached token: decoding one
         token at a time gives the outputs of one full pass. The scheme's ``embed`` hook is the
         model's job, not this layer's. Dropout on the attention weights acts in training mode.
+
+        Raises:
+            TypeError: ``x`` is not a floating-point tensor, ``positions`` not an integer
+                tensor, ``cache`` not a :class:`KVCache`.
+            ValueError: ``x`` is not ``[B, L, dim]``; ``positions`` has the wrong shape or a
+                negative entry; ``cache`` holds keys of another batch, head count or head size.
         """
         check_tensor("x", x, floating=True)
         if x.dim() != 3 or x.shape[-1] != self.dim:

@@ -27,6 +27,20 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)  # [max_len, D]
 
     def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """``x + E[positions]`` for token embeddings ``x [B, L, dim]``; returns ``[B, L, dim]`` in
+        ``x``'s dtype.
+
+        The positions are ``offset + arange(L)``, or ``positions`` (``[L]`` or ``[B, L]``,
+        non-negative integers), not both. The table has no row past ``max_len - 1``: a learned
+        embedding cannot extrapolate, so a longer sequence is an error, never a silent wrap.
+
+        Raises:
+            TypeError: ``x`` is not a floating-point tensor, ``positions`` not an integer
+                tensor, or ``offset`` not an int.
+            ValueError: ``x`` is not ``[B, L, dim]``; ``positions`` is not ``[L]`` or
+                ``[B, L]`` (``B`` or 1) or holds a negative entry; ``offset`` is negative or
+                given together with ``positions``; a position is ``>= max_len``.
+        """
         check_tensor("x", x, floating=True)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape [B, L, {self.dim}], got {tuple(x.shape)}")

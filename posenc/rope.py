@@ -472,11 +472,22 @@ class RotaryEmbedding(nn.Module):
         *,
         xpos_centre: int | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Rotate ``q [..., Hq, L, head_dim]`` and ``k [..., Hk, L, head_dim]``; see the class doc.
+        """Rotate ``q [..., Hq, L, head_dim]`` and ``k [..., Hk, L, head_dim]``; returns the
+        rotated ``(q, k)``, same shapes and dtypes (layout and scaling: see the class doc).
 
-        ``positions`` (``[L]`` or ``[B, L]`` integers) or ``offset`` (an int: positions
-        ``offset + arange(L)``), not both. ``xpos_centre`` (xPos only): the centre of the
-        scale, ``L // 2`` when None. Returns the rotated ``(q, k)`` in their dtypes.
+        ``positions`` (``[L]``, or ``[B, L]`` for ``q [B, Hq, L, head_dim]``; non-negative
+        integers) or ``offset`` (an int: positions ``offset + arange(L)``), not both. ``Hq`` and
+        ``Hk`` may differ (grouped-query attention); only the first ``rotary_dim`` channels
+        rotate. The cos/sin tables are float32 and grow to the largest position. ``xpos_centre``
+        (xPos only): the centre of the scale, ``L // 2`` when None.
+
+        Raises:
+            TypeError: ``q`` or ``k`` is not a floating-point tensor, ``positions`` not an
+                integer tensor, ``offset`` or ``xpos_centre`` not an int.
+            ValueError: ``q`` or ``k`` does not end in ``head_dim``; they differ in ``L`` or in a
+                dim other than the head count; ``positions`` has the wrong shape or a negative
+                entry; ``offset`` is negative or given with ``positions``; ``xpos_centre``
+                without xPos.
         """
         check_tensor("q", q, floating=True, min_dim=2)
         check_tensor("k", k, floating=True, min_dim=2)

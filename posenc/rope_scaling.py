@@ -38,6 +38,8 @@ from torch import Tensor
 from ._checks import check_base, check_float, check_int
 
 ROPE_TYPES = ("default", "linear", "dynamic", "ntk", "yarn", "llama3", "longrope")
+"""The values ``scaling["rope_type"]`` may take, each described above (``"default"``, like
+``scaling=None``, is plain RoPE). All but ``ntk`` are Hugging Face rope types of the same name."""
 _COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 ROPE_KEYS: dict[str, tuple[str, ...]] = {
     "default": (),

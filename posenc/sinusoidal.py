@@ -103,6 +103,21 @@ class SinusoidalPositionalEmbedding(nn.Module):
         )
 
     def forward(self, x: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """``dropout(x * scale + P[positions])`` for token embeddings ``x [B, L, dim]``; returns
+        ``[B, L, dim]`` in ``x``'s dtype.
+
+        The positions are ``offset + arange(L)``, or ``positions`` (``[L]`` or ``[B, L]``,
+        non-negative integers; for left padding or packed sequences), not both. The table is
+        float32, cast to ``x.dtype`` when added; with ``max_len=None`` it grows to the largest
+        position.
+
+        Raises:
+            TypeError: ``x`` is not a floating-point tensor, ``positions`` not an integer
+                tensor, or ``offset`` not an int.
+            ValueError: ``x`` is not ``[B, L, dim]``; ``positions`` is not ``[L]`` or
+                ``[B, L]`` (``B`` or 1) or holds a negative entry; ``offset`` is negative or
+                given together with ``positions``; a position is ``>= max_len``.
+        """
         check_tensor("x", x, floating=True)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape [B, L, {self.dim}], got {tuple(x.shape)}")

@@ -111,6 +111,19 @@ class T5RelativeBias(nn.Module):
         self.embedding = nn.Embedding(num_buckets, num_heads)
 
     def forward(self, q_len: int, k_len: int | None = None) -> Tensor:
+        """The bias ``[num_heads, q_len, k_len]`` to add to attention logits
+        ``[B, num_heads, q_len, k_len]``, in the table's dtype and device, with its gradient.
+
+        The queries are the last ``q_len`` of ``k_len`` positions (``k_len`` defaults to
+        ``q_len``; a KV cache gives ``k_len > q_len``): entry ``[h, i, j]`` is
+        ``embedding.weight[bucket, h]`` with ``bucket = t5_relative_bucket(j - (k_len - q_len + i))``.
+        No causal mask is applied: with ``bidirectional=False`` every future key falls in bucket 0,
+        so the caller masks them.
+
+        Raises:
+            TypeError: ``q_len`` or ``k_len`` is not an int.
+            ValueError: ``q_len`` or ``k_len`` is negative, or ``k_len < q_len``.
+        """
         q_len = check_int("q_len", q_len, minimum=0)
         k_len = q_len if k_len is None else check_int("k_len", k_len, minimum=0)
         if k_len < q_len:

@@ -52,6 +52,8 @@ PYTHON: list[Entry] = (
         ("os.PathLike", "py:class", "library/os.html#$"),
         ("dataclasses.dataclass", "py:function", "library/dataclasses.html#$"),
         ("collections.OrderedDict", "py:class", "library/collections.html#$"),
+        ("argparse.ArgumentParser", "py:class", "library/argparse.html#$"),
+        ("argparse.Namespace", "py:class", "library/argparse.html#$"),
     ]
 )
 

@@ -55,7 +55,7 @@ STDLIB_MODULES: tuple[str, ...] = tuple(sorted((
 )))
 
 SNAPSHOT = Path(__file__).with_name("corpus") / "stdlib-3.11.tar.xz"
-"""The shipped corpus: ``Lib/<module path>.py`` of every ``STDLIB_MODULES`` entry, CPython 3.11.7."""
+"""The shipped corpus, ``Lib/<module path>.py`` of every ``STDLIB_MODULES`` entry, CPython 3.11.7."""
 SNAPSHOT_SHA256 = "a561f513b1c13630935292d10df0fab148fbd62e0231aa8cd7c0003c1e084b0e"
 SNAPSHOT_PYTHON = "3.11.7"
 

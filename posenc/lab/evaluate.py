@@ -83,14 +83,14 @@ def evaluate(
 ) -> dict[int, EvalResult]:
     """Evaluate ``model`` on ``data`` (a 1-D byte tensor, e.g. ``corpus.val``) at each length.
 
-    ``model`` is a :class:`TrainedModel` (``train_len`` defaults to its own) or a bare
+    ``model`` is a :class:`~posenc.lab.train.TrainedModel` (``train_len`` defaults to its own) or a bare
     ``TransformerLM`` (then ``train_len`` is required). The text is ``num_tokens // max(lengths)``
     segments of ``max(lengths)`` bytes spread evenly over ``data`` (see
     :func:`~posenc.lab.data.eval_chunks`); at each length they are cut into non-overlapping
     windows, so every length sees the same text. Windows are evaluated ``batch_tokens`` at a time
-    under ``torch.no_grad()``; ``threads`` as in :func:`~posenc.lab.train_model`.
+    under ``torch.no_grad()``; ``threads`` as in :func:`~posenc.lab.train.train_model`.
 
-    With ``cache=True`` the results are stored under :func:`~posenc.lab.cache_dir`, keyed by the
+    With ``cache=True`` the results are stored under :func:`~posenc.lab.cache.cache_dir`, keyed by the
     model's fingerprint (weights, config, RoPE scaling), the data's SHA-256 and the arguments, so
     a second call with the same model and arguments reads them back instead of evaluating.
     """

@@ -32,8 +32,9 @@ DEFAULT_FACTORS: tuple[int, ...] = (1, 2, 4, 16)  # evaluation lengths, in train
 @dataclass
 class Extrapolation:
     """What :func:`run_extrapolation` measured. ``evals[scheme][seed][length]`` holds the
-    :class:`EvalResult`; :meth:`table` averages over seeds. ``models[scheme][seed]`` holds the
-    :class:`TrainedModel` when ``keep_models=True``."""
+    :class:`~posenc.lab.evaluate.EvalResult`; :meth:`table` averages over seeds.
+    ``models[scheme][seed]`` holds the :class:`~posenc.lab.train.TrainedModel` when
+    ``keep_models=True``."""
 
     config: dict
     corpus: dict
@@ -186,7 +187,7 @@ def run_extrapolation(
     used. ``train_len`` and ``steps`` override it. ``eval_lens`` defaults to 1, 2, 4 and 16 times
     ``train_len``; the learned table gets ``max(16 * train_len, max(eval_lens))`` rows.
     ``log``, if given, is called with one line per trained model; ``threads`` as in
-    :func:`train_model`. Evaluations are cached next to the weights.
+    :func:`~posenc.lab.train.train_model`. Evaluations are cached next to the weights.
 
     ``workers`` > 1 trains and evaluates the models that are not cached yet in that many
     processes at once (CPU only, with the cache on; ``None``: one per CPU core, at most 8).

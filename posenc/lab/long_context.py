@@ -7,7 +7,7 @@
 * :func:`with_rope_scaling` returns a copy of a trained :class:`~posenc.lab.model.TransformerLM`
   whose RoPE uses a scaling config (zero-shot extension: no weight changes).
 * :func:`fine_tune` continues training a copy at a new length, on the byte corpus or on the
-  passkey task, with a cache of the result like :func:`~posenc.lab.train_model`'s.
+  passkey task, with a cache of the result like :func:`~posenc.lab.train.train_model`'s.
 * :func:`passkey_grid` measures passkey accuracy over lengths and needle depths.
 """
 
@@ -128,9 +128,10 @@ def with_rope_scaling(model: TrainedModel | TransformerLM, scaling: Mapping | No
     """A copy of ``model`` whose RoPE uses ``scaling`` (a ``rope_parameters`` dict, or ``None``
     for the plain frequencies); the weights are copied, ``model`` is not changed.
 
-    Head size, base, layout and partial rotary factor are kept. A :class:`TrainedModel` gives a
-    :class:`TrainedModel` (same config, ``train_len`` and history, the scaled network); a bare
-    ``TransformerLM`` gives a ``TransformerLM``. Raises ``ValueError`` if the model has no RoPE.
+    Head size, base, layout and partial rotary factor are kept. A
+    :class:`~posenc.lab.train.TrainedModel` gives a :class:`~posenc.lab.train.TrainedModel` (same
+    config, ``train_len`` and history, the scaled network); a bare ``TransformerLM`` gives a
+    ``TransformerLM``. Raises ``ValueError`` if the model has no RoPE.
     """
     net, _ = unwrap(model)
     if scaling is not None and not isinstance(scaling, Mapping):
@@ -252,10 +253,11 @@ def fine_tune(
     cache: bool = True,
     threads: int | None = 1,
 ) -> TrainedModel:
-    """Continue training a copy of ``model`` (a :class:`TrainedModel` or a bare
+    """Continue training a copy of ``model`` (a :class:`~posenc.lab.train.TrainedModel` or a bare
     ``TransformerLM``) on sequences of ``length`` tokens; ``model`` is not changed. Returns a
-    :class:`TrainedModel` (``config``: the :class:`FineTuneConfig`, ``train_len``: ``length``,
-    ``history``: loss per step) whose network is in eval mode, on ``device``.
+    :class:`~posenc.lab.train.TrainedModel` (``config``: the :class:`FineTuneConfig`,
+    ``train_len``: ``length``, ``history``: loss per step) whose network is in eval mode, on
+    ``device``.
 
     ``task="lm"``: next-byte prediction on random windows of ``corpus.train``; ``"passkey"``:
     passkey examples (:func:`posenc.lab.data.passkey_batch`) of a random length per step, up to
@@ -263,13 +265,13 @@ def fine_tune(
     (At one fixed length a small model learns the few distances between needle and question
     instead of retrieval; the extra weight on the key makes the retrieval signal count.)
     ``batch_size`` defaults to the same number of tokens per step as the original training
-    (``config.batch_size * train_len // length`` of a :class:`TrainedModel`, 2048 tokens for a
-    bare model; at least 1); ``warmup`` to 10 % of the steps. AdamW with the schedule and
-    weight-decay groups of :func:`posenc.lab.train_model`. The RoPE scaling inside ``model`` (see
-    :func:`with_rope_scaling`) is used as it is. ``threads``: CPU threads while training
-    (``None``: torch's setting), 1 by default as in :func:`posenc.lab.train_model`.
+    (``config.batch_size * train_len // length`` of a :class:`~posenc.lab.train.TrainedModel`,
+    2048 tokens for a bare model; at least 1); ``warmup`` to 10 % of the steps. AdamW with the
+    schedule and weight-decay groups of :func:`~posenc.lab.train.train_model`. The RoPE scaling
+    inside ``model`` (see :func:`with_rope_scaling`) is used as it is. ``threads``: CPU threads while training
+    (``None``: torch's setting), 1 by default as in :func:`~posenc.lab.train.train_model`.
 
-    With ``cache=True`` the result is stored under :func:`posenc.lab.cache_dir`, keyed by the
+    With ``cache=True`` the result is stored under :func:`~posenc.lab.cache.cache_dir`, keyed by the
     starting weights, the model config, its RoPE scaling, the arguments and the corpus, under a
     file lock (two processes never fine-tune the same model at once).
     """
@@ -405,7 +407,7 @@ def passkey_grid(
 
     Depth ``i`` uses the examples of seed ``seed + i`` at every length. ``threads``: CPU threads
     (``None``: torch's setting); one is often faster for a model this small, and never slower
-    by much. With ``cache=True`` the grid is stored under :func:`~posenc.lab.cache_dir`, keyed by
+    by much. With ``cache=True`` the grid is stored under :func:`~posenc.lab.cache.cache_dir`, keyed by
     the model's :func:`fingerprint` and the arguments."""
     net, _ = unwrap(model)
     for name, seq in (("lengths", lengths), ("depths", depths)):

@@ -6,7 +6,7 @@ an output layer tied to the token embedding, as in GPT-2. One position scheme (s
 embeddings, ``rotate`` and ``bias`` act inside each attention layer. ``scheme`` may instead be a
 list with one name per layer (iRoPE, as Llama 4: ``["rope", "rope", "rope", "nope"]``); a NoPE
 layer given ``floor_scale`` and ``attn_scale`` scales its queries by Llama 4's attention
-temperature (:func:`posenc.llama4_attn_scale`), and a RoPE layer given ``attention_chunk``
+temperature (:func:`~posenc.temperature.llama4_attn_scale`), and a RoPE layer given ``attention_chunk``
 attends only within chunks of that many tokens, as Llama 4's RoPE layers do. Nothing else changes
 between schemes, so a difference in loss is a difference of position scheme.
 
@@ -29,7 +29,7 @@ from ..schemes import SCHEMES, PositionScheme, RoPE, make_scheme
 from ..temperature import llama4_attn_scale
 
 LAYER_SCHEMES = ("rope", "alibi", "t5", "nope")
-"""The schemes a per-layer list may hold: those that act inside attention (no ``embed`` hook)."""
+"""The schemes a per-layer list may hold, those that act inside attention (no ``embed`` hook)."""
 
 
 class TemperedNoPE(PositionScheme):
@@ -168,6 +168,8 @@ class Block(nn.Module):
         )
 
     def forward(self, x: Tensor, positions: Tensor, cache: KVCache | None) -> Tensor:
+        """``x + attn(LN(x))``, then ``+ mlp(LN(.))``: ``x [B, L, dim]`` in, ``[B, L, dim]`` out;
+        ``positions`` and ``cache`` go to the attention layer unchanged."""
         x = x + self.attn(self.ln1(x), positions=positions, cache=cache)
         return x + self.mlp(self.ln2(x))
 
@@ -227,10 +229,20 @@ class TransformerLM(nn.Module):
         positions: Tensor | None = None,
         caches: list[KVCache] | None = None,
     ) -> Tensor:
-        """Logits ``[B, L, vocab]`` for ``tokens [B, L]`` (integers in ``[0, vocab)``).
+        """Logits ``[B, L, vocab_size]`` (the parameters' dtype) for ``tokens [B, L]``
+        (integers in ``[0, vocab_size)``).
 
-        ``positions`` default to ``arange(L)`` after whatever the ``caches`` (one
-        :class:`~posenc.attention.KVCache` per block) already hold.
+        ``positions`` (``[L]`` or ``[B, L]``, non-negative integers) default to ``arange(L)``
+        after whatever the ``caches`` (one :class:`~posenc.attention.KVCache` per block) already
+        hold; the caches are extended in place, so decoding token by token gives the logits of
+        one full pass.
+
+        Raises:
+            TypeError: ``tokens`` is not an integer tensor ``[B, L]``, ``positions`` not an
+                integer tensor.
+            ValueError: a token id is outside ``[0, vocab_size)``; ``caches`` does not hold one
+                cache per block; ``positions`` has the wrong shape or a negative entry, or a
+                position is past a learned table's ``max_len``.
         """
         check_tensor("tokens", tokens)
         if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.dim() != 2:

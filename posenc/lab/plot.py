@@ -54,7 +54,10 @@ SCHEME_COLORS: dict[str, str] = {
 }
 
 DIVERGING = "RdBu_r"
+"""The diverging colour map, matplotlib's ``RdBu_r`` (white at the centre of the scale)."""
 SEQUENTIAL = "posenc_sequential"
+"""The sequential colour map, viridis without its pale-yellow last tenth (registered by
+:func:`use_book_style`)."""
 
 
 def _register_colormaps() -> None:

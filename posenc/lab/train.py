@@ -32,10 +32,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class TrainedModel:
-    """What :func:`train_model` and :func:`~posenc.lab.fine_tune` return.
+    """What :func:`train_model` and :func:`~posenc.lab.long_context.fine_tune` return.
 
-    ``model``: the network, in eval mode; ``config``: the :class:`TrainConfig` (or
-    :class:`~posenc.lab.FineTuneConfig`) it was trained with; ``train_len``: the sequence length
+    ``model``: the network, in eval mode; ``config``: the :class:`~posenc.lab.config.TrainConfig` (or
+    :class:`~posenc.lab.long_context.FineTuneConfig`) it was trained with; ``train_len``: the sequence length
     it last trained on (the fine-tuning length for a fine-tuned model); ``history``: the training
     loss at every step (nats per byte); ``train_seconds``: training time (of the run that filled
     the cache, when loaded); ``from_cache``: whether the weights came from the cache.
@@ -106,7 +106,7 @@ def make_optimizer(model: TransformerLM, config: TrainConfig) -> torch.optim.Opt
 
 
 def resolve_device(device: torch.device | str | None) -> torch.device:
-    """``None`` or ``"auto"``: :func:`posenc.default_device`; else the device, checked."""
+    """``None`` or ``"auto"``: :func:`~posenc.device.default_device`; else the device, checked."""
     if device is None or device == "auto":
         return default_device()
     if not isinstance(device, (str, torch.device)):
