@@ -8,6 +8,8 @@ figure cells (``mystnb`` metadata), are Chinese.
     python scripts/zh_sync.py                  # every English chapter
     python scripts/zh_sync.py 01_why_order     # one chapter (name or path)
     python scripts/zh_sync.py --check          # change nothing; exit 1 if anything is out of step
+    python scripts/zh_sync.py 01_why_order --export /tmp/ch01.md   # the Chinese text, to edit
+    python scripts/zh_sync.py 01_why_order --import /tmp/ch01.md   # ... and back into the notebook
 
 What a sync does, cell by cell, matching the cells of the two notebooks by cell ``id``:
 
@@ -261,11 +263,64 @@ def todo_cells(nb: dict) -> list[str]:
     ]
 
 
+SECTION = re.compile(r"^<!-- zh_sync (\S+) (markdown|caption|alt) -->\n", re.MULTILINE)
+
+
+def export_text(zh: dict) -> str:
+    """The translatable text of a Chinese notebook as one Markdown file, a section per piece."""
+    parts = []
+    for cell in zh["cells"]:
+        if cell["cell_type"] == "markdown":
+            parts.append(f"<!-- zh_sync {cell['id']} markdown -->\n{text(cell)}\n")
+        else:
+            caption, alt = figure_text(cell)
+            if caption or alt:
+                parts.append(f"<!-- zh_sync {cell['id']} caption -->\n{caption}\n")
+                parts.append(f"<!-- zh_sync {cell['id']} alt -->\n{alt}\n")
+    return "\n".join(parts)
+
+
+def import_text(zh: dict, exported: str) -> int:
+    """Put the sections of an exported file back into ``zh``; the number of pieces changed."""
+    cells = {cell["id"]: cell for cell in zh["cells"]}
+    pieces = SECTION.split(exported)[1:]  # id, kind, body, id, kind, body, ...
+    changed = 0
+    for cell_id, kind, body in zip(pieces[0::3], pieces[1::3], pieces[2::3], strict=True):
+        if cell_id not in cells:
+            raise ValueError(f"cell {cell_id} is not in the notebook (was the file exported from it?)")
+        cell, body = cells[cell_id], body.rstrip("\n")
+        if kind == "markdown":
+            if text(cell) != body:
+                cell["source"], changed = lines(body), changed + 1
+        else:
+            caption, alt = figure_text(cell)
+            new = (body, alt) if kind == "caption" else (caption, body)
+            if new != (caption, alt):
+                set_figure_text(cell, *new)
+                changed += 1
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="*", help="chapter names or paths (default: all)")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if out of step")
+    parser.add_argument("--export", metavar="FILE", help="write one chapter's Chinese text to FILE")
+    parser.add_argument("--import", dest="import_", metavar="FILE",
+                        help="read one chapter's Chinese text back from FILE, then sync")
     args = parser.parse_args(argv)
+    if args.export or args.import_:
+        if len(args.chapters) != 1:
+            parser.error("--export and --import take exactly one chapter")
+        zh_path = ZH / f"{Path(args.chapters[0]).stem}.ipynb"
+        zh = load(zh_path)
+        if args.export:
+            Path(args.export).write_text(export_text(zh), encoding="utf-8")
+            print(f"{zh_path.name}: text written to {args.export}")
+            return 0
+        changed = import_text(zh, Path(args.import_).read_text(encoding="utf-8"))
+        zh_path.write_text(dump(zh), encoding="utf-8")
+        print(f"{zh_path.name}: {changed} piece(s) of text taken from {args.import_}")
 
     paths = chapters()
     if args.chapters:

@@ -241,3 +241,16 @@ def test_sync_keeps_translations_and_flags_changes():
     changed, notes = zh_sync.sync(en, again, "x.ipynb")
     assert zh_sync.todo_cells(changed) == ["t"] and "# 标题" in zh_sync.text(changed["cells"][0])
     assert any("changed" in note for note in notes)
+
+
+def test_export_import_round_trip():
+    zh = _load(ZH / "01_why_order.ipynb")
+    exported = zh_sync.export_text(zh)
+    assert zh_sync.import_text(json.loads(json.dumps(zh)), exported) == 0  # nothing changed
+    first = _cells(zh, "markdown")[0]["id"]
+    edited = exported.replace("# 顺序为什么重要", "# 顺序为何重要", 1)
+    copy = json.loads(json.dumps(zh))
+    assert zh_sync.import_text(copy, edited) == 1
+    assert zh_sync.text(next(c for c in copy["cells"] if c["id"] == first)).startswith("# 顺序为何重要")
+    with pytest.raises(ValueError, match="not in the notebook"):
+        zh_sync.import_text(copy, "<!-- zh_sync nosuchcell markdown -->\ntext\n")
