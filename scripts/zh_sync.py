@@ -52,6 +52,7 @@ CAPTION_MARK = "TODO translate: "
 
 
 CJK_CHAR = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u201c\u201d\u2018\u2019\u2026\u2014]")
+IDEOGRAPH = re.compile(r"[\u2e80-\u2fff\u3400-\u9fff\uf900-\ufaff]")
 BLOCK_START = re.compile(r"^\s*([-*+>|:#]|\d+[.)]\s|\$\$|```|\(\S+\)=|\{|<!--)")
 
 
@@ -91,7 +92,11 @@ def unwrap_cjk(markdown: str) -> str:
             and (CJK_CHAR.match(previous.rstrip()[-1]) or CJK_CHAR.match(stripped[0]))
         )
         if joinable:
-            out[-1] = previous.rstrip() + stripped
+            a, b = previous.rstrip()[-1], stripped[0]
+            # house typography: a space between a Chinese character and Latin text, code or math
+            latin = re.compile(r"[A-Za-z0-9`$*_)\]]"), re.compile(r"[A-Za-z0-9`$*_(\[{]")
+            spaced = (IDEOGRAPH.match(a) and latin[1].match(b)) or (latin[0].match(a) and IDEOGRAPH.match(b))
+            out[-1] = previous.rstrip() + (" " if spaced else "") + stripped
         else:
             out.append(line)
     return "\n".join(out)

@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import zh_sync  # noqa: E402
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
+# house typography: a space between a Chinese character and Latin letters, digits or code
+UNSPACED = re.compile(r"[\u4e00-\u9fff][A-Za-z0-9`]|[A-Za-z0-9`][\u4e00-\u9fff]")
 CHAPTERS = [p.name for p in zh_sync.chapters()]
 
 
@@ -94,6 +96,8 @@ def test_translated(name):
     zh = _load(ZH / name)
     assert not zh_sync.todo_cells(zh), "TODO translate markers left"
     assert "TODO translate" not in (ZH / name).read_text(encoding="utf-8")
+    unspaced = UNSPACED.findall(_markdown(zh))
+    assert not unspaced, f"no space between Chinese and Latin text: {unspaced}"
     title = zh_sync.text(_cells(zh, "markdown")[0])
     assert title.startswith("# ") and CJK.search(title.splitlines()[0]), "a Chinese title"
     for cell in _cells(zh, "code"):
@@ -120,6 +124,7 @@ def test_pages_that_are_not_chapters():
         text = (ZH / f"{page}.md").read_text(encoding="utf-8")
         assert CJK.search(text.splitlines()[0]), f"book/zh/{page}.md has a Chinese title"
         assert zh_sync.unwrap_cjk(text) == text, f"book/zh/{page}.md: run scripts/zh_sync.py"
+        assert not UNSPACED.findall(text), f"book/zh/{page}.md: space Chinese from Latin text"
     # the API page runs the same autodoc directives as the English one
     blocks = re.compile(r"^```\{eval-rst\}\n.*?^```", re.MULTILINE | re.DOTALL)
     en_api, zh_api = (p.read_text(encoding="utf-8") for p in (BOOK / "api.md", ZH / "api.md"))
