@@ -9,8 +9,12 @@ the scale, never an end).
 Usage in a chapter::
 
     from posenc.lab import plot
-    plot.use_book_style()
+    plot.use_book_style(lang=LANG)     # "en", or "zh" for the Chinese edition
     fig, ax = plot.figure()            # 6.4 x 3.6 in
+
+The Chinese edition draws its labels in a CJK font (Noto Sans CJK SC from Debian's
+``fonts-noto-cjk``, or another CJK sans-serif font that fontconfig knows); Latin text and digits
+come from the same font, so a figure mixes the two scripts without missing glyphs.
 """
 
 from __future__ import annotations
@@ -53,6 +57,18 @@ SCHEME_COLORS: dict[str, str] = {
     "irope": "#E69F00",
 }
 
+# CJK sans-serif fonts, best first: matplotlib uses the first one it has (each covers Latin too)
+CJK_FONTS = (
+    "Noto Sans CJK SC",
+    "Source Han Sans SC",
+    "Noto Sans SC",
+    "WenQuanYi Zen Hei",
+    "WenQuanYi Micro Hei",
+    "Microsoft YaHei",
+    "PingFang SC",
+)
+LANGS = ("en", "zh")
+
 DIVERGING = "RdBu_r"
 """The diverging colour map, matplotlib's ``RdBu_r`` (white at the centre of the scale)."""
 SEQUENTIAL = "posenc_sequential"
@@ -71,18 +87,66 @@ def _register_colormaps() -> None:
     mpl.colormaps.register(ListedColormap(colors, name=SEQUENTIAL))
 
 
-def use_book_style() -> None:
-    """Apply the book's matplotlib settings (and register :data:`SEQUENTIAL`)."""
+def cjk_font() -> str:
+    """The name of an installed CJK sans-serif font (the first of ``CJK_FONTS`` found).
+
+    Fonts installed after matplotlib built its font cache are not in it; then the CJK font files
+    that fontconfig's directories hold are added to matplotlib's font manager first.
+    Raises ``RuntimeError`` naming the Debian package when none is installed.
+    """
+    from matplotlib import font_manager
+
+    def installed() -> str | None:
+        names = {font.name for font in font_manager.fontManager.ttflist}
+        return next((name for name in CJK_FONTS if name in names), None)
+
+    name = installed()
+    if name is None:
+        for path in font_manager.findSystemFonts():
+            lower = path.lower()
+            if any(key in lower for key in ("cjk", "sourcehansans", "wqy", "notosanssc")):
+                try:
+                    font_manager.fontManager.addfont(path)
+                except (OSError, RuntimeError, ValueError):  # unreadable file: skip it
+                    continue
+        name = installed()
+    if name is None:
+        raise RuntimeError(
+            "no CJK font found for the Chinese figures (looked for "
+            f"{', '.join(CJK_FONTS)}); install one, e.g. `apt-get install fonts-noto-cjk`"
+        )
+    return name
+
+
+_current_lang = "en"
+
+
+def use_book_style(lang: str = "en") -> None:
+    """Apply the book's matplotlib settings (and register :data:`SEQUENTIAL`).
+
+    ``lang="zh"`` puts a CJK font (:func:`cjk_font`) first in ``font.sans-serif`` so that Chinese
+    titles, labels and legends render; :func:`figure` keeps the language last set here.
+    """
+    global _current_lang
+    if not isinstance(lang, str) or lang not in LANGS:
+        raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
     import matplotlib.pyplot as plt
 
     _register_colormaps()
     plt.style.use(BOOK_STYLE)  # rcParams.update for these keys; typed to take a dict[str, Any]
+    plt.rcParams["axes.unicode_minus"] = True  # U+2212, which DejaVu and Noto CJK both have
+    if lang == "zh":
+        plt.rcParams["font.family"] = "sans-serif"
+        plt.rcParams["font.sans-serif"] = [cjk_font(), "DejaVu Sans"]
+    else:
+        plt.rcParams["font.sans-serif"] = plt.rcParamsDefault["font.sans-serif"]
+    _current_lang = lang
 
 
 def figure(nrows: int = 1, ncols: int = 1, *, height: float = HEIGHT, **kwargs: Any) -> tuple[Any, Any]:
-    """``plt.subplots`` at the book's width (``height`` in inches): ``(fig, ax)``, where ``ax`` is
-    one Axes or an array of them, as matplotlib returns it (typed ``Any`` for that reason)."""
+    """``plt.subplots`` at the book's width (``height`` in inches), in the current language:
+    ``(fig, ax)``, where ``ax`` is one Axes or an array of them, as matplotlib returns it."""
     import matplotlib.pyplot as plt
 
-    use_book_style()
+    use_book_style(_current_lang)
     return plt.subplots(nrows, ncols, figsize=(WIDTH, height), **kwargs)
