@@ -98,6 +98,13 @@ def _warn_once(key: str, message: str) -> None:
         _warned.add(key)
 
 
+def _autocast(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
+
+
 def causal_block_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Any:
     """A FlexAttention ``BlockMask`` for a causal mask with queries at the end of the keys.
 
@@ -333,6 +340,12 @@ class MultiHeadAttention(nn.Module):
         check_tensor("x", x, floating=True)
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape [B, L, {self.dim}], got {tuple(x.shape)}")
+        w = self.qkv.weight
+        if x.dtype != w.dtype and not _autocast(x.device.type):  # autocast mixes them on purpose
+            raise TypeError(
+                f"x must have the layer's dtype {w.dtype}, got {x.dtype}; cast one of them "
+                f"(x.to({w.dtype}) or layer.to({x.dtype}))"
+            )
         q, k, v = self.qkv(x).unflatten(-1, (3, self.num_heads, self.head_dim)).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, Dh]
         y = attend(

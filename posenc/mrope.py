@@ -99,6 +99,7 @@ def mrope_cos_sin(
 
 def _check_ids(name: str, value: object) -> Tensor:
     check_tensor(name, value)
+    assert isinstance(value, Tensor)
     if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
     return value

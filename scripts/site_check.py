@@ -89,9 +89,18 @@ def _rel(path: Path, base: Path) -> str:
 # --- the built HTML --------------------------------------------------------------------------
 
 
+_INDEX_PAGES = {"genindex.html", "py-modindex.html", "search.html"}  # generated, icons only
+
+
 def html_pages(html_dir: Path) -> list[Path]:
+    """The reader's pages of one site: not the generated index pages, not the files of another
+    site nested inside it (the Chinese edition under ``zh/`` has its own ``searchindex.js``)."""
+    nested = {p.parent for p in html_dir.rglob("searchindex.js") if p.parent != html_dir}
     return sorted(
-        p for p in html_dir.rglob("*.html") if not _SKIP_DIRS & set(p.relative_to(html_dir).parts[:-1])
+        p for p in html_dir.rglob("*.html")
+        if not _SKIP_DIRS & set(p.relative_to(html_dir).parts[:-1])
+        and p.name not in _INDEX_PAGES
+        and not any(n in p.parents for n in nested)
     )
 
 
@@ -183,8 +192,18 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
+def _nested_books(book_dir: Path) -> set[Path]:
+    """Folders below ``book_dir`` that are books of their own (``book/zh``: its own _config.yml)."""
+    return {p.parent for p in book_dir.rglob("_config.yml") if p.parent != book_dir}
+
+
+def _own(path: Path, book_dir: Path) -> bool:
+    skip = {".ipynb_checkpoints", "_build"}
+    return not skip & set(path.parts) and not any(n in path.parents for n in _nested_books(book_dir))
+
+
 def notebooks(book_dir: Path) -> list[Path]:
-    return sorted(p for p in book_dir.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    return sorted(p for p in book_dir.rglob("*.ipynb") if _own(p, book_dir))
 
 
 def _cells(path: Path) -> Iterator[tuple[int, dict]]:
@@ -241,7 +260,7 @@ def cited_keys(book_dir: Path) -> dict[str, set[Path]]:
     """Every key cited in the book's Markdown pages and notebooks' markdown cells."""
     used: dict[str, set[Path]] = {}
     texts: list[tuple[Path, str]] = []
-    for path in sorted(book_dir.rglob("*.md")):
+    for path in sorted(p for p in book_dir.rglob("*.md") if _own(p, book_dir)):
         texts.append((path, path.read_text(encoding="utf-8")))
     for path in notebooks(book_dir):
         texts += [(path, _source(c)) for _, c in _cells(path) if c.get("cell_type") == "markdown"]

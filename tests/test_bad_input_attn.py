@@ -94,6 +94,7 @@ CASES = [
     ("KVCache", lambda: _kv_twice(Q.double()), ValueError, "new k is torch.float64"),
     # MultiHeadAttention
     ("MultiHeadAttention", lambda: MultiHeadAttention(32, 0), ValueError, "num_heads must be an int >= 1, got 0"),
+    ("MultiHeadAttention", lambda: MultiHeadAttention(32, 4)(torch.randn(1, 3, 32, dtype=torch.float64)), TypeError, "x must have the layer's dtype torch.float32, got torch.float64"),
     ("MultiHeadAttention", lambda: MultiHeadAttention(32, 4, dropout=1.5), ValueError, "dropout must be in [0, 1], got 1.5"),
     ("MultiHeadAttention", lambda: MultiHeadAttention(32, 4, dropout=-0.1), ValueError, "dropout must be in [0, 1]"),
     ("MultiHeadAttention", lambda: MultiHeadAttention(30, 4), ValueError, "dim=30 must be divisible by num_heads=4"),

@@ -132,7 +132,7 @@ def _prepare_job(
 def _prepare_in_parallel(
     todo: list[TrainConfig], workers: int, *, corpus: Corpus, device: torch.device,
     eval_lens: list[int], num_tokens: int, threads: int | None, progress: bool, log,
-) -> set[tuple[str, int]]:
+) -> set[tuple[str | tuple[str, ...], int]]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -157,7 +157,7 @@ def _prepare_in_parallel(
                 bar.update(1)
             if log is not None:
                 how = "loaded from cache" if from_cache else f"trained in {seconds:.0f} s"
-                log(f"{cfg.scheme:>10} seed {cfg.seed}: {how}")
+                log(f"{cfg.scheme_label:>10} seed {cfg.seed}: {how}")
     if bar is not None:
         bar.close()
     return done
@@ -230,7 +230,7 @@ def run_extrapolation(
             f"eval length {max(eval_lens)} needs more than the {corpus.val.numel()} validation bytes"
         )
     device = resolve_device(device)
-    logged: set[tuple[str, int]] = set()
+    logged: set[tuple[str | tuple[str, ...], int]] = set()
     if cache:
         todo = [
             replace(base, scheme=s, seed=seed) for s in schemes for seed in seeds
@@ -266,7 +266,7 @@ def run_extrapolation(
                 how = "loaded from cache"
             evals[scheme][seed], seconds[scheme][seed] = found
             if log is not None and (scheme, seed) not in logged:
-                log(f"{scheme:>10} seed {seed}: {how}")
+                log(f"{cfg.scheme_label:>10} seed {seed}: {how}")
             if keep_models:
                 models[scheme][seed] = model
     config = {

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -191,7 +192,7 @@ class TransformerLM(nn.Module):
         self.config = config
         d = config.dim
         self.embed = nn.Embedding(config.vocab_size, d)
-        shape = {"dim": d, "num_heads": config.num_heads, "max_len": config.max_len}
+        shape: dict[str, Any] = {"dim": d, "num_heads": config.num_heads, "max_len": config.max_len}
         if isinstance(config.scheme, str):
             self.scheme = layer_scheme(config.scheme, **shape, **config.scheme_kwargs)
             layers = [self.scheme] * config.num_layers

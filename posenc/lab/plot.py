@@ -130,6 +130,7 @@ def use_book_style(lang: str = "en") -> None:
     global _current_lang
     if not isinstance(lang, str) or lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
+    import matplotlib
     import matplotlib.pyplot as plt
 
     _register_colormaps()
@@ -139,7 +140,7 @@ def use_book_style(lang: str = "en") -> None:
         plt.rcParams["font.family"] = "sans-serif"
         plt.rcParams["font.sans-serif"] = [cjk_font(), "DejaVu Sans"]
     else:
-        plt.rcParams["font.sans-serif"] = plt.rcParamsDefault["font.sans-serif"]
+        plt.rcParams["font.sans-serif"] = matplotlib.rcParamsDefault["font.sans-serif"]
     _current_lang = lang
 
 

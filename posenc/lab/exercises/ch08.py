@@ -44,7 +44,7 @@ def _hint(got: Tensor, h: int, w: int, d: int) -> str | None:
          "patches are in column-major order; patch p sits at row p // width, column p % width"),
     ]
     for kw, msg in known:
-        want = _layout(h, w, d, **kw)
+        want = _layout(h, w, d, **kw)  # type: ignore[arg-type]  # kw holds row/col tensors and an order str
         if got.shape == want.shape and torch.allclose(got.float(), want, atol=1e-5):
             return msg
     return None
