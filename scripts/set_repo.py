@@ -169,9 +169,18 @@ def rewrite_markdown(text: str, old_urls: set[str], url: str) -> str:
 _BASEURL = re.compile(r"^(html:\n(?:[ \t]+.*\n|\n)*?[ \t]+baseurl:[ \t]*)(\S+)", re.MULTILINE)
 
 
-def rewrite_baseurl(config_text: str, url: str) -> str:
-    """Set ``html.baseurl`` in ``_config.yml`` text to the site of ``url`` (comments kept)."""
-    return _BASEURL.sub(lambda m: m.group(1) + site_url(url), config_text, count=1)
+_REPO_URL = re.compile(r"^(repository:\n(?:[ \t]+.*\n|\n)*?[ \t]+url:[ \t]*)(\S+)", re.MULTILINE)
+
+
+def rewrite_baseurl(config_text: str, url: str, subpath: str = "") -> str:
+    """Set ``html.baseurl`` in ``_config.yml`` text to the site of ``url`` (comments kept);
+    ``subpath`` for an edition built into a folder of the site (``"zh/"``)."""
+    return _BASEURL.sub(lambda m: m.group(1) + site_url(url) + subpath, config_text, count=1)
+
+
+def rewrite_repo_url(config_text: str, url: str) -> str:
+    """Set ``repository.url`` (the Chinese edition's config repeats the root's)."""
+    return _REPO_URL.sub(lambda m: m.group(1) + url, config_text, count=1)
 
 
 def plan(root: Path = ROOT, extra_old: tuple[str, ...] = ()) -> dict[Path, str]:
@@ -185,6 +194,12 @@ def plan(root: Path = ROOT, extra_old: tuple[str, ...] = ()) -> dict[Path, str]:
     new = rewrite_baseurl(text, url)
     if new != text:
         changes[config] = new
+    zh_config = root / "book" / "zh" / "_config.yml"
+    if zh_config.exists():
+        text = zh_config.read_text(encoding="utf-8")
+        new = rewrite_repo_url(rewrite_baseurl(text, url, "zh/"), url)
+        if new != text:
+            changes[zh_config] = new
     for nb in notebooks(root):
         old_urls.update(u.rstrip("/") for u in notebook_repos(nb))
         text = nb.read_text(encoding="utf-8")
