@@ -1,0 +1,38 @@
+"""Figure text of chapter 2 (absolute vs relative position), English and Chinese."""
+
+LABELS = {
+    "en": {
+        "exactly_zero": "exactly zero",
+        "training_length": "training length",
+        "table_row": "row of the table (slot)",
+        "gradient_norm": "gradient norm",
+        "relative": "relative",
+        "absolute": "absolute",
+        "key_n": "key n",
+        "query_m": "query m",
+        "attention_weight": "attention weight",
+        "bidirectional_title": "bidirectional (encoder): 16 + 16 buckets",
+        "causal_title": "causal (decoder): 32 buckets, past only",
+        "bucket": "bucket",
+        "offset_symlog": "offset n - m (symmetric log scale)",
+        "head": "head {h}",
+        "bias_b_h": "bias $b_h$",
+    },
+    "zh": {
+        "exactly_zero": "恰好为零",
+        "training_length": "训练长度",
+        "table_row": "表的行（槽位）",
+        "gradient_norm": "梯度范数",
+        "relative": "相对",
+        "absolute": "绝对",
+        "key_n": "键位置 n",
+        "query_m": "查询位置 m",
+        "attention_weight": "注意力权重",
+        "bidirectional_title": "双向（编码器）：16 + 16 个桶",
+        "causal_title": "因果（解码器）：32 个桶，只看过去",
+        "bucket": "桶",
+        "offset_symlog": "偏移量 n - m（对称对数刻度）",
+        "head": "头 {h}",
+        "bias_b_h": "偏置 $b_h$",
+    },
+}
