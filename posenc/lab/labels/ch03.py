@@ -37,7 +37,7 @@ LABELS = {
     "zh": {
         "position": "位置",
         "channel": "通道",
-        "pe_value": "PE[pos, channel]",
+        "pe_value": "PE[pos, 通道]",
         "sin_channel": "sin（通道 2i）",
         "cos_channel": "cos（通道 2i + 1）",
         "pair_wavelength": "通道对 i = {i}：波长 {wavelength:.1f}",
