@@ -328,7 +328,7 @@ def _bib_entries() -> dict[str, str]:
 def test_bib_venues_and_credits():
     """Venues as published, and the community posts behind RoPE scaling credited in full."""
     entries = _bib_entries()
-    assert "ICLR" in entries["peng2023yarn"] and "year      = {2024}" in entries["peng2023yarn"]
+    assert "ICLR" in entries["peng2024yarn"] and "year      = {2024}" in entries["peng2024yarn"]
     assert "NeurIPS 2023" in entries["mohtashami2023landmark"]
     for key in ("bloc97_2023ntk", "emozilla2023dynamic", "kaiokendev2023superhot"):
         entry = entries[key]
