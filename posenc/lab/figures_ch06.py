@@ -29,8 +29,9 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[object]], *, capti
     Cells are escaped; numbers are shown as given (format them first)."""
     from IPython.display import HTML
 
-    def cells(tag: str, values: Sequence[object]) -> str:
-        return "".join(f"<{tag}>{html.escape(str(v))}</{tag}>" for v in values)
+    def cells(tag: str, values: Sequence[object]) -> str:  # padded: output tables have none
+        pad = 'style="padding: 0.2em 0.6em"'
+        return "".join(f"<{tag} {pad}>{html.escape(str(v))}</{tag}>" for v in values)
 
     head = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     body = "".join(f"<tr>{cells('td', r)}</tr>" for r in rows)
