@@ -90,7 +90,7 @@ LABELS = {
         "ft_step": "微调步数",
         "loss_10": "损失（10 步滑动平均）",
         "input_length": "输入长度",
-        "needle_depth": "密钥深度",
+        "needle_depth": "针的深度",
         "digits_right": "密钥数字正确率",
     },
 }
