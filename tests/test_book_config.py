@@ -138,7 +138,7 @@ def test_every_chapter_is_in_the_toc():
 def _cited_keys() -> dict[str, set[str]]:
     used: dict[str, set[str]] = {}
     for path in sorted(BOOK.rglob("*")):
-        if ".ipynb_checkpoints" in path.parts:
+        if {".ipynb_checkpoints", "_build"} & set(path.parts):  # book/zh/_build: build outputs
             continue
         if path.suffix == ".md":
             texts = [path.read_text(encoding="utf-8")]
