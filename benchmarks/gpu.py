@@ -20,10 +20,10 @@ Times are CUDA-event medians taken round-robin in one run. Without a GPU the scr
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
+from _timing import medians
 
 from posenc import ALiBi, apply_rope, attend, rope_cos_sin, rope_inv_freq
 
@@ -50,21 +50,19 @@ def peak_gbs(name: str) -> float | None:
     return None
 
 
+def cuda_seconds(fn) -> float:
+    """One call's seconds, measured with CUDA events (``timer`` of ``_timing.medians``)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
 def cuda_medians(fns: dict, repeats: int, warmup: int = 3) -> dict[str, float]:
     """Median seconds per call, CUDA events, round-robin."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times[name].append(start.elapsed_time(end) / 1e3)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return medians(fns, repeats, warmup, timer=cuda_seconds)
 
 
 def rope_rows(shape: tuple[int, ...], repeats: int, peak: float | None) -> list[tuple]:

@@ -37,7 +37,7 @@ from .cache import atomic_save, cache_dir, locked, set_cache_dir
 from .data import Corpus, load_corpus, passkey_batch, passkey_min_length, random_windows
 from .evaluate import passkey_accuracy
 from .model import TransformerLM
-from .train import TrainedModel, cpu_threads, resolve_device, unwrap
+from .train import TrainedModel, cpu_threads, make_optimizer, resolve_device, unwrap
 
 FORMAT_VERSION = 1  # bump when a change makes cached fine-tuned weights stale
 
@@ -203,19 +203,6 @@ def fingerprint(model: TransformerLM) -> str:
     return h.hexdigest()
 
 
-def _optimizer(model: TransformerLM, cfg: FineTuneConfig) -> torch.optim.Optimizer:
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    for name, p in model.named_parameters():
-        in_block = name.startswith("blocks.") and ".scheme." not in name
-        (decay if in_block and p.dim() == 2 else no_decay).append(p)
-    groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
-
-
 def _loss(model: TransformerLM, cfg: FineTuneConfig, step: int, data: Tensor | None,
           gen: torch.Generator, device: torch.device) -> Tensor:
     """The training loss of one step (see :func:`fine_tune`)."""
@@ -360,7 +347,7 @@ def _fine_tune(
     new: TransformerLM, cfg: FineTuneConfig, data: Tensor | None, device: torch.device, progress: bool
 ) -> tuple[list[float], float]:
     new.train()
-    opt = _optimizer(new, cfg)
+    opt = make_optimizer(new, cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
     bar = None
     if progress:
