@@ -129,3 +129,21 @@ def test_missing_build_is_a_usage_error(tmp_path: Path):
     with pytest.raises(SystemExit) as info:
         site_check.main(["--html", str(tmp_path / "nope")])
     assert info.value.code == 2
+
+
+def test_nested_site_and_index_pages_are_left_to_their_own_check(tmp_path: Path):
+    """The English check skips the Chinese site built inside it (``zh/``, a searchindex.js of its
+    own) and the generated index pages; the nested site's own run still finds its problems."""
+    import shutil
+
+    html = tmp_path / "html"
+    shutil.copytree(FIXTURES / "clean" / "html", html)
+    bad = next(p for p in sorted((FIXTURES / "bad" / "html").rglob("*.html")))
+    nested = html / "zh"
+    nested.mkdir()
+    shutil.copy(bad, nested / bad.name)
+    (nested / "searchindex.js").write_text("Search.setIndex({})", encoding="utf-8")
+    (html / "py-modindex.html").write_text('<html><body><main><img src="minus.png"></main></body></html>',
+                                           encoding="utf-8")
+    assert site_check.check_html(html) == []
+    assert site_check.check_html(nested) != []
