@@ -353,3 +353,12 @@ def test_bibliography_list_style_matches_the_text():
     assert bibstyle.author_year(db.entries["workshop2022bloom"]) == "BigScience Workshop, 2022"
     labels = list(bibstyle.AuthorYearLabelStyle().format_labels(list(db.entries.values()) * 2))
     assert len(set(labels)) == len(labels), "equal labels get a/b suffixes"
+
+
+def test_set_repo_skips_build_outputs(tmp_path: Path):
+    """book/zh/_build holds executed copies of the notebooks: never rewritten or checked."""
+    module = _set_repo()
+    (tmp_path / "book" / "zh" / "_build" / "jupyter_execute").mkdir(parents=True)
+    (tmp_path / "book" / "zh" / "_build" / "jupyter_execute" / "01_x.ipynb").write_text("{}")
+    (tmp_path / "book" / "01_x.ipynb").write_text("{}")
+    assert [p.relative_to(tmp_path).as_posix() for p in module.notebooks(tmp_path)] == ["book/01_x.ipynb"]
