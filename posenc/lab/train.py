@@ -91,7 +91,7 @@ def lr_at(step: int, config: TrainConfig) -> float:
 
 def make_optimizer(model: TransformerLM, config: TrainConfig | FineTuneConfig) -> torch.optim.Optimizer:
     """AdamW (betas 0.9, 0.95) at ``config.lr`` with ``config.weight_decay`` on the blocks'
-    matrices only; used for training (:class:`TrainConfig`) and fine-tuning
+    matrices only; used for training (:class:`~posenc.lab.config.TrainConfig`) and fine-tuning
     (:class:`~posenc.lab.long_context.FineTuneConfig`) alike."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
