@@ -3,8 +3,8 @@
 # (book/zh, a Jupyter Book of its own) under _build/html/zh/. Both builds are warning-free or
 # this script fails: jupyter-book 1.x can exit 0 after "build finished with problems", so each
 # log is checked too. The Chinese notebooks run the same code as the English ones; trained
-# models come from the shared cache (POSENC_CACHE), so the second build costs only the small
-# cells and the figures.
+# models come from the shared cache (POSENC_CACHE), so each build costs only the small cells and
+# the figures, and the two builds run side by side (one per core).
 #
 #   bash scripts/build_site.sh            # both editions
 #   bash scripts/build_site.sh --zh-only  # the Chinese edition only (the English one already built)
@@ -15,20 +15,28 @@ unset MPLBACKEND
 export POSENC_CACHE="${POSENC_CACHE:-$PWD/.posenc_cache}"
 
 mkdir -p _build
-build() {  # build <book dir> <log>
+build() {  # build <book dir> <log>: jupyter-book's output goes to the log, a summary to stderr
   local start=$SECONDS
-  jupyter-book build "$1" -W -n --keep-going 2>&1 | tee "$2"
-  if grep -q "build finished with problems" "$2"; then
-    echo "the build of $1 reported warnings (see $2)" >&2
-    exit 1
+  if ! jupyter-book build "$1" -W -n --keep-going >"$2" 2>&1 \
+      || grep -q "build finished with problems" "$2"; then
+    tail -n 60 "$2" >&2
+    echo "the build of $1 failed or reported warnings (see $2)" >&2
+    return 1
   fi
-  echo "built $1 in $((SECONDS - start)) s" >&2
+  echo "built $1 in $((SECONDS - start)) s (log: $2)" >&2
 }
 
-if [[ "${1:-}" != "--zh-only" ]]; then
-  build . _build/build.log
+if [[ "${1:-}" == "--zh-only" ]]; then
+  build book/zh _build/build-zh.log
+else
+  # the two editions are independent books: build them side by side, one per core
+  build . _build/build.log & en=$!
+  build book/zh _build/build-zh.log & zh=$!
+  ok=0
+  wait "$en" || ok=1
+  wait "$zh" || ok=1
+  [[ $ok == 0 ]] || exit 1
 fi
-build book/zh _build/build-zh.log
 
 rm -rf _build/html/zh
 cp -r book/zh/_build/html _build/html/zh

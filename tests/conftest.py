@@ -1,5 +1,6 @@
 import os
 
+import pytest
 import torch
 from hypothesis import settings
 
@@ -13,3 +14,22 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 else:
     torch.set_num_threads(2)
+
+# The chapters that train models take most of the run: with pytest-xdist they go to the workers
+# first (in this order), and the short files fill the cores around them. Without this, xdist
+# sends the files with the most tests first and the training chapters start last.
+TRAINING_FIRST = ("book/06_side_by_side.ipynb", "book/07_long_context.ipynb",
+                  "book/08_todays_models.ipynb")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # xdist: keep the collection order
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return TRAINING_FIRST.index(path) if path in TRAINING_FIRST else len(TRAINING_FIRST)
+
+    items.sort(key=rank)  # stable: the order within each file and among the rest is kept
