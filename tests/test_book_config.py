@@ -9,12 +9,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
+from _scripts import load_script
 
 yaml = pytest.importorskip("yaml")
 
@@ -60,10 +60,7 @@ def _toc_files(node) -> list[str]:
 
 
 def _set_repo():
-    spec = importlib.util.spec_from_file_location("set_repo", ROOT / "scripts" / "set_repo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("set_repo")
 
 
 def test_config_basics():
@@ -279,10 +276,7 @@ def test_intersphinx_inventories():
         for obj in wanted[name]:
             assert obj in names, f"{local} has no {obj}"
             assert names[obj].startswith(base + "/") and "#" in names[obj], names[obj]
-    script = ROOT / "scripts" / "make_inventories.py"
-    spec = importlib.util.spec_from_file_location("make_inventories", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("make_inventories")
     assert module.main(["--check"]) == 0, "run `python scripts/make_inventories.py`"
 
 
@@ -344,9 +338,7 @@ def test_bibliography_list_style_matches_the_text():
     assert config["sphinx"]["config"]["bibtex_default_style"] == "author_year"
     assert config["sphinx"]["local_extensions"] == {"bibstyle": "scripts"}
     pybtex = pytest.importorskip("pybtex.database")
-    spec = importlib.util.spec_from_file_location("bibstyle", ROOT / "scripts" / "bibstyle.py")
-    bibstyle = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bibstyle)
+    bibstyle = load_script("bibstyle")
     db = pybtex.parse_file(str(BOOK / "references.bib"))
     assert bibstyle.author_year(db.entries["vaswani2017attention"]) == "Vaswani et al., 2017"
     assert bibstyle.author_year(db.entries["hochreiter1997long"]) == "Hochreiter and Schmidhuber, 1997"

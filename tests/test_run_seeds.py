@@ -1,19 +1,16 @@
 """scripts/run_seeds.py: a chapter run with another seed passes or fails on its own assertions."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from _scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "tests" / "fixtures" / "seeds" / "chapter.ipynb"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("run_seeds", ROOT / "scripts" / "run_seeds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("run_seeds")
 
 
 def test_seed_line_and_replacements_are_applied():

@@ -6,11 +6,10 @@ myst-nb, sphinx-exercise): ``bad/`` holds one violation of each kind, ``clean/``
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from _scripts import load_script
 
 pytest.importorskip("bs4")
 
@@ -18,15 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "site"
 
 
-def _site_check():
-    spec = importlib.util.spec_from_file_location("site_check", ROOT / "scripts" / "site_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["site_check"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-site_check = _site_check()
+site_check = load_script("site_check")
 
 
 def _args(which: str) -> list[str]:
