@@ -71,11 +71,8 @@ def site_url(url: str) -> str:
     return f"https://{owner.lower()}.github.io/{repo}/"
 
 
-_SKIP = {".ipynb_checkpoints", "_build"}  # build outputs (book/zh/_build holds executed copies)
-
-
 def notebooks(root: Path = ROOT) -> list[Path]:
-    return sorted(p for p in (root / "book").rglob("*.ipynb") if not _SKIP & set(p.parts))
+    return sorted(p for p in (root / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
 # text files outside book/ that carry the repository's or the site's address
@@ -84,7 +81,7 @@ _TEXT_FILES = ("README.md", "CHANGELOG.md", "CITATION.cff", "pyproject.toml")
 
 def markdown_files(root: Path = ROOT) -> list[Path]:
     """README.md, the changelog, the citation file, pyproject's URLs and the book's Markdown pages."""
-    pages = sorted(p for p in (root / "book").rglob("*.md") if not _SKIP & set(p.parts))
+    pages = sorted(p for p in (root / "book").rglob("*.md") if ".ipynb_checkpoints" not in p.parts)
     return [root / name for name in _TEXT_FILES if (root / name).exists()] + pages
 
 

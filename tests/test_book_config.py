@@ -135,7 +135,7 @@ def test_every_chapter_is_in_the_toc():
 def _cited_keys() -> dict[str, set[str]]:
     used: dict[str, set[str]] = {}
     for path in sorted(BOOK.rglob("*")):
-        if {".ipynb_checkpoints", "_build"} & set(path.parts):  # book/zh/_build: build outputs
+        if ".ipynb_checkpoints" in path.parts:
             continue
         if path.suffix == ".md":
             texts = [path.read_text(encoding="utf-8")]
@@ -346,11 +346,3 @@ def test_bibliography_list_style_matches_the_text():
     labels = list(bibstyle.AuthorYearLabelStyle().format_labels(list(db.entries.values()) * 2))
     assert len(set(labels)) == len(labels), "equal labels get a/b suffixes"
 
-
-def test_set_repo_skips_build_outputs(tmp_path: Path):
-    """book/zh/_build holds executed copies of the notebooks: never rewritten or checked."""
-    module = _set_repo()
-    (tmp_path / "book" / "zh" / "_build" / "jupyter_execute").mkdir(parents=True)
-    (tmp_path / "book" / "zh" / "_build" / "jupyter_execute" / "01_x.ipynb").write_text("{}")
-    (tmp_path / "book" / "01_x.ipynb").write_text("{}")
-    assert [p.relative_to(tmp_path).as_posix() for p in module.notebooks(tmp_path)] == ["book/01_x.ipynb"]
