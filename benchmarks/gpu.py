@@ -60,11 +60,6 @@ def cuda_seconds(fn) -> float:
     return start.elapsed_time(end) / 1e3
 
 
-def cuda_medians(fns: dict, repeats: int, warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call, CUDA events, round-robin."""
-    return medians(fns, repeats, warmup, timer=cuda_seconds)
-
-
 def rope_rows(shape: tuple[int, ...], repeats: int, peak: float | None) -> list[tuple]:
     B, H, L, D = shape
     dev = torch.device("cuda")
@@ -86,7 +81,7 @@ def rope_rows(shape: tuple[int, ...], repeats: int, peak: float | None) -> list[
             def bwd(y=y, x=x, g=g):
                 torch.autograd.grad(y, x, g, retain_graph=True)
 
-            t = cuda_medians({"forward": fwd, "backward": bwd}, repeats)
+            t = medians({"forward": fwd, "backward": bwd}, repeats, timer=cuda_seconds)
             moved = 2 * x.numel() * x.element_size() + 2 * cos.numel() * cos.element_size()
             layout = "interleaved" if interleaved else "half"
             for pas in ("forward", "backward"):
@@ -114,7 +109,7 @@ def alibi_rows(lens: list[int], heads: int, repeats: int) -> list[tuple]:
         with torch.no_grad():
             ref = fns["SDPA + 4-D mask"]().float()
             torch.testing.assert_close(fns["posenc.attend flex"]().float(), ref, atol=2e-2, rtol=2e-2)
-            t = cuda_medians(fns, repeats)
+            t = medians(fns, repeats, timer=cuda_seconds)
         base = t["SDPA + 4-D mask"]
         for name, sec in t.items():
             rows.append((f"ALiBi L={L} {name}", sec * 1e3, None, f"{sec / base:.2f}x SDPA"))

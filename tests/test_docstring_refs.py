@@ -13,8 +13,6 @@ import inspect
 import re
 from pathlib import Path
 
-import pytest
-
 API = Path(__file__).resolve().parents[1] / "book" / "api.md"
 DIRECTIVE = re.compile(r"^\.\. (automodule|autoclass|autofunction|autodata):: (\S+)\n((?:   :.*\n)*)", re.M)
 ROLE = re.compile(r":(?:py:)?(class|func|meth|attr|data|exc|obj|mod):`~?\.?([\w.]+)`")
@@ -90,6 +88,3 @@ def test_an_imported_name_is_not_enough(monkeypatch):
     monkeypatch.setattr(train.make_optimizer, "__doc__", doc + "\n\nSee :class:`TrainConfig`.")
     assert "posenc.lab.train: 'TrainConfig'" in unresolved()
 
-
-if __name__ == "__main__":
-    pytest.main([__file__])
