@@ -7,7 +7,7 @@ prints PASS or the failing cell and its error. Trained models go to ``$POSENC_CA
 point it at a fresh folder when the change alters what is trained.
 
     POSENC_CACHE=/tmp/seeds python scripts/run_seeds.py book/06_side_by_side.ipynb 0 1 2
-    python scripts/run_seeds.py book/07_long_context.ipynb 1 --sub "steps=800,=>steps=600,"
+    python scripts/run_seeds.py book/08_long_context_practice.ipynb 1 --sub "steps=800,=>steps=600,"
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ else:
 # The chapters that train models take most of the run: with pytest-xdist they go to the workers
 # first (in this order), and the short files fill the cores around them. Without this, xdist
 # sends the files with the most tests first and the training chapters start last.
-TRAINING_FIRST = ("book/06_side_by_side.ipynb", "book/07_long_context.ipynb",
-                  "book/08_todays_models.ipynb")
+TRAINING_FIRST = ("book/06_side_by_side.ipynb", "book/07_long_context_rules.ipynb",
+                  "book/08_long_context_practice.ipynb", "book/09_todays_models.ipynb")
 
 
 def pytest_configure(config: pytest.Config) -> None:

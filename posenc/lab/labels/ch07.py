@@ -1,4 +1,4 @@
-"""Figure text of chapter 7 (long context), English and Chinese."""
+"""Figure text of chapter 7 (long context: the frequency rules), English and Chinese."""
 
 LABELS = {
     "en": {
@@ -30,7 +30,6 @@ LABELS = {
             "dynamic": "dynamic",
             "YaRN": "YaRN",
             "Llama 3": "Llama 3",
-            "control": "control",
             "ALiBi": "ALiBi",
             "RoPE": "RoPE",
             "RoPE + dynamic": "RoPE + dynamic",
@@ -40,12 +39,6 @@ LABELS = {
         "loss_nats": "loss (nats/byte)",
         "position_in_input": "position in a {n}-byte input",
         "loss_16": "loss (16-byte mean)",
-        "ft_curve": "{method} ({n} B)",
-        "ft_step": "fine-tuning step",
-        "loss_10": "loss (10-step mean)",
-        "input_length": "input length",
-        "needle_depth": "needle depth",
-        "digits_right": "key digits right",
     },
     "zh": {
         "settings": {
@@ -76,7 +69,6 @@ LABELS = {
             "dynamic": "动态 NTK",
             "YaRN": "YaRN",
             "Llama 3": "Llama 3",
-            "control": "对照组",
             "ALiBi": "ALiBi",
             "RoPE": "RoPE",
             "RoPE + dynamic": "RoPE + 动态 NTK",
@@ -86,11 +78,5 @@ LABELS = {
         "loss_nats": "损失（奈特/字节）",
         "position_in_input": "{n} 字节输入中的位置",
         "loss_16": "损失（16 字节滑动平均）",
-        "ft_curve": "{method}（{n} 字节）",
-        "ft_step": "微调步数",
-        "loss_10": "损失（10 步滑动平均）",
-        "input_length": "输入长度",
-        "needle_depth": "针的深度",
-        "digits_right": "密钥数字正确率",
     },
 }

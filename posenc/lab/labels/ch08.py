@@ -1,44 +1,38 @@
-"""Figure text of chapter 8 (positions in today's models), English and Chinese."""
+"""Figure text of chapter 8 (long context in practice), English and Chinese."""
 
 LABELS = {
     "en": {
-        "text_tick": "T",  # tick label of a text token
-        "image_tick": "img",  # tick label of an image token
-        "token": "token",
-        "query_patch": "query patch ({r}, {c})",
-        "key_column": "key column",
-        "key_row": "key row",
-        "score": "score",
-        "xpos": "xPos (scale_base {gamma})",
-        "distance": "distance m - n",
-        "score_ones": "score, q = k = ones",
-        "model": {
-            "rope": "rope",
-            "nope": "nope",
-            "irope": "irope",
-            "rope, chunked": "rope, chunked",
+        "method": {  # legends and panel titles, per method name of the chapter
+            "none": "none",
+            "PI": "PI",
+            "NTK": "NTK",
+            "dynamic": "dynamic",
+            "YaRN": "YaRN",
+            "Llama 3": "Llama 3",
+            "control": "control",
         },
-        "eval_length": "evaluation length (bytes); trained on {train_len}",
-        "loss_nats": "loss (nats per byte)",
+        "ft_curve": "{method} ({n} B)",
+        "ft_step": "fine-tuning step",
+        "loss_10": "loss (10-step mean)",
+        "input_length": "input length",
+        "needle_depth": "needle depth",
+        "digits_right": "key digits right",
     },
     "zh": {
-        "text_tick": "文",
-        "image_tick": "图",
-        "token": "词元",
-        "query_patch": "查询图块 ({r}, {c})",
-        "key_column": "键图块的列",
-        "key_row": "键图块的行",
-        "score": "注意力分数",
-        "xpos": "xPos（scale_base = {gamma}）",
-        "distance": "距离 m - n",
-        "score_ones": "分数（q = k = 全 1 向量）",
-        "model": {
-            "rope": "RoPE",
-            "nope": "NoPE",
-            "irope": "iRoPE",
-            "rope, chunked": "RoPE + 分块注意力",
+        "method": {
+            "none": "不缩放",
+            "PI": "PI",
+            "NTK": "NTK",
+            "dynamic": "动态 NTK",
+            "YaRN": "YaRN",
+            "Llama 3": "Llama 3",
+            "control": "对照组",
         },
-        "eval_length": "评估长度（字节），训练长度为 {train_len}",
-        "loss_nats": "损失（奈特/字节）",
+        "ft_curve": "{method}（{n} 字节）",
+        "ft_step": "微调步数",
+        "loss_10": "损失（10 步滑动平均）",
+        "input_length": "输入长度",
+        "needle_depth": "针的深度",
+        "digits_right": "密钥数字正确率",
     },
 }
