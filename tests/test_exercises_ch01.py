@@ -48,3 +48,46 @@ def test_stub_and_crash_give_false_without_raising(capsys):
     assert not check_attention(lambda x, w_q, w_k, w_v, causal=False: x @ w_q @ w_k)
     assert not check_attention(lambda *a, **k: 1 / 0)
     assert "ZeroDivisionError" in capsys.readouterr().out
+
+
+def test_say_picks_the_language_and_names_a_bad_one():
+    import pytest
+
+    from posenc.lab.exercises import LANGS, attempt, compare, say
+
+    assert LANGS == ("en", "zh")
+    assert say("en", en="yes", zh="是") == "yes" and say("zh", en="yes", zh="是") == "是"
+    for bad in ("fr", "EN", None, 1):
+        with pytest.raises(ValueError, match="lang"):
+            say(bad, en="yes", zh="是")
+    # the shared hints speak Chinese too
+    assert compare([1], torch.zeros(2), what="输出", lang="zh") == "输出应当是 torch.Tensor，得到的是 list"
+    assert "形状" in compare(torch.zeros(3), torch.zeros(2), what="输出", lang="zh")
+    assert "2 倍" in compare(2 * torch.ones(2), torch.ones(2), what="输出", lang="zh")
+    _, error = attempt(lambda: 1 / 0, lang="zh")
+    assert error.startswith("你的函数抛出了 ZeroDivisionError")
+
+
+def test_answers_in_chinese(capsys):
+    assert check_attention(attention, lang="zh")
+    out = capsys.readouterr().out
+    assert out.startswith("✓ 你的注意力与 posenc.attend 相等"), out
+    assert not check_attention(lambda x, w_q, w_k, w_v, causal=False: attention(x, w_q, w_k, w_v),
+                               lang="zh")
+    assert "缺少因果掩码" in capsys.readouterr().out
+
+    def stub(x, w_q, w_k, w_v, causal=False):
+        raise NotImplementedError
+
+    assert not check_attention(stub, lang="zh")
+    out = capsys.readouterr().out
+    assert "还没有实现" in out and "not implemented" not in out
+
+
+def test_a_bad_lang_raises_before_running():
+    import pytest
+
+    calls = []
+    with pytest.raises(ValueError, match="lang must be one of"):
+        check_attention(lambda *a, **k: calls.append(1), lang="de")
+    assert not calls

@@ -49,3 +49,20 @@ def test_stub_gives_false_without_raising(capsys):
     assert not check_relative_bias(stub)
     assert "not implemented yet" in capsys.readouterr().out
     assert not check_relative_bias(lambda w, q, k: [[0.0]])
+
+
+def test_answers_in_chinese(capsys):
+    assert check_relative_bias(t5_bias, lang="zh")
+    assert capsys.readouterr().out.startswith("✓ 你的偏置与 posenc.T5RelativeBias 相等")
+    assert not check_relative_bias(lambda w, q, k: t5_bias(w, q, k).permute(1, 2, 0), lang="zh")
+    out = capsys.readouterr().out
+    assert "2 个头，q_len=6，k_len=6：头这一维放在了最后" in out, out
+    assert not check_relative_bias(lambda w, q, k: [[0.0]], lang="zh")
+    assert "偏置应当是 torch.Tensor" in capsys.readouterr().out
+
+
+def test_a_bad_lang_raises():
+    import pytest
+
+    with pytest.raises(ValueError, match="lang"):
+        check_relative_bias(t5_bias, lang="english")

@@ -57,3 +57,23 @@ def test_stubs_give_false_without_raising(capsys):
     assert not check_table(stub) and not check_shift_matrix(stub)
     assert capsys.readouterr().out.count("not implemented yet") == 2
     assert not check_shift_matrix(lambda k, d: "M")
+
+
+def test_answers_in_chinese(capsys):
+    assert check_table(table, lang="zh") and check_shift_matrix(shift, lang="zh")
+    out = capsys.readouterr().out
+    assert "✓ 你的编码表与 posenc.sinusoidal_table 相等" in out
+    assert "✓ 对试过的每个位置、k 和维度，M_k PE(pos) 都等于 PE(pos + k)" in out
+    assert not check_table(lambda n, d: torch.stack([table(n, d)[:, 1::2], table(n, d)[:, 0::2]],
+                                                    -1).flatten(1), lang="zh")
+    assert "sin 和 cos 放反了" in capsys.readouterr().out
+    assert not check_shift_matrix(lambda k, d: shift(k, d).T, lang="zh")
+    assert "你构造的是 M_(-k)" in capsys.readouterr().out
+
+
+def test_a_bad_lang_raises():
+    import pytest
+
+    for check, fn in ((check_table, table), (check_shift_matrix, shift)):
+        with pytest.raises(ValueError, match="lang"):
+            check(fn, lang="cn")

@@ -60,3 +60,21 @@ def test_stub_gives_false_without_raising(capsys):
 
     _rejects(stub, capsys, "not implemented yet")
     _rejects("not a function", capsys, "expected a function")
+
+
+def test_answers_in_chinese(capsys):
+    assert check_rope(rope_2x2, lang="zh")
+    assert capsys.readouterr().out.startswith("✓ 你的 2x2 旋转与 posenc.apply_rope")
+    for slip, words in [({"half": True}, "对半布局"), ({"sign": -1.0}, "符号反了"),
+                        ({"exponent": 1.0}, "base^(-i/d)"), ({"angle_scale": 2.0}, "大了一倍")]:
+        assert check_rope(lambda x, p, b, s=slip: rope_2x2(x, p, b, **s), lang="zh") is False
+        out = capsys.readouterr().out
+        assert out.startswith("✗") and words in out and "（输入：" in out, out
+        assert "input:" not in out
+
+
+def test_a_bad_lang_raises():
+    import pytest
+
+    with pytest.raises(ValueError, match="lang"):
+        check_rope(rope_2x2, lang="")

@@ -53,3 +53,20 @@ def test_stub_gives_false_without_raising(capsys):
         raise NotImplementedError  # your code here
 
     _rejects(stub, capsys, "not implemented yet")
+
+
+def test_answers_in_chinese(capsys):
+    assert check_slopes(paper_slopes, lang="zh")
+    assert capsys.readouterr().out.startswith("✓ 你的斜率与 posenc.alibi_slopes 相等")
+    assert check_slopes(lambda n: torch.tensor([1 / 2**i for i in range(n)]), lang="zh") is False
+    out = capsys.readouterr().out
+    assert "头 0 的斜率是 1" in out and "（输入：num_heads=12）" in out, out
+    assert check_slopes(lambda n: paper_slopes(n)[:-1], lang="zh") is False
+    assert "斜率的形状是 (11,)，应为 (12,)" in capsys.readouterr().out
+
+
+def test_a_bad_lang_raises():
+    import pytest
+
+    with pytest.raises(ValueError, match="lang"):
+        check_slopes(paper_slopes, lang="ZH")

@@ -66,3 +66,22 @@ def test_rejects_wrong_sign_first_queries_and_shape(capsys):
     assert "shape" in capsys.readouterr().out
     assert not check_alibi_bias(lambda h, q, k: None)
     assert "torch.Tensor" in capsys.readouterr().out
+
+
+def test_answers_in_chinese(capsys):
+    assert check_alibi_bias(solution, lang="zh")
+    assert capsys.readouterr().out.startswith("✓ 你的偏置与 posenc.alibi_bias 相等")
+    assert not check_alibi_bias(lambda h, q, k: build(1 / 2 ** torch.arange(h).float(), q, k),
+                                lang="zh")
+    out = capsys.readouterr().out
+    assert "8 个头，q_len=6，k_len=6：" in out and "中文原文" in out, out
+    assert not check_alibi_bias(lambda h, q, k: build(paper_slopes(h), q, k, future=0.0),
+                                lang="zh")
+    assert "必须是 -inf" in capsys.readouterr().out
+
+
+def test_a_bad_lang_raises():
+    import pytest
+
+    with pytest.raises(ValueError, match="lang"):
+        check_alibi_bias(solution, lang="es")

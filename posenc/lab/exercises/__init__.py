@@ -5,6 +5,10 @@ module holds what they share. A checker runs the learner's function on random in
 the result with posenc's, and prints ``✓ ...`` or ``✗ ...`` with a hint that names what is off
 (an exception, the shape, the dtype, a constant factor, a sign, a permutation of channels). It
 returns ``True`` or ``False`` so a solution cell can ``assert check(solution)``.
+
+Every checker takes ``lang="en"`` or ``lang="zh"`` and answers in that language (the chapters
+pass ``lang=LANG``, set in their setup cell); :func:`say` picks the message and refuses any
+other language with a ``ValueError`` that names the argument.
 """
 
 from __future__ import annotations
@@ -16,7 +20,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["verdict", "attempt", "compare"]
+__all__ = ["LANGS", "check_lang", "say", "verdict", "attempt", "compare"]
+
+LANGS = ("en", "zh")
+
+
+def check_lang(lang: object) -> str:
+    """``lang`` if it is one of :data:`LANGS`, else a ``ValueError`` naming the argument."""
+    if not isinstance(lang, str) or lang not in LANGS:
+        raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
+    return lang
+
+
+def say(lang: str, *, en: str, zh: str) -> str:
+    """The message in the reader's language: ``en`` for ``lang="en"``, ``zh`` for ``"zh"``."""
+    return zh if check_lang(lang) == "zh" else en
 
 
 def verdict(ok: bool, message: str) -> bool:
@@ -25,39 +43,66 @@ def verdict(ok: bool, message: str) -> bool:
     return ok
 
 
-def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, str | None]:
-    """Call ``fn``; return ``(result, None)`` or ``(None, a one-line description of the error)``."""
+def attempt(fn: Callable[..., Any], *args: Any, lang: str = "en",
+            **kwargs: Any) -> tuple[Any, str | None]:
+    """Call ``fn(*args, **kwargs)``; return ``(result, None)`` or ``(None, a one-line
+    description of the error)`` in ``lang``."""
+    check_lang(lang)
     if not callable(fn):
-        return None, f"expected a function, got {type(fn).__name__}"
+        name = type(fn).__name__
+        return None, say(lang, en=f"expected a function, got {name}",
+                         zh=f"这里需要一个函数，收到的是 {name}")
     try:
         return fn(*args, **kwargs), None
     except NotImplementedError:
-        return None, "not implemented yet: replace the `raise NotImplementedError` with your code"
+        return None, say(
+            lang,
+            en="not implemented yet: replace the `raise NotImplementedError` with your code",
+            zh="还没有实现：把 `raise NotImplementedError` 换成你的代码",
+        )
     except Exception as e:  # the learner's bug: report it in one line, no traceback
         where = traceback.extract_tb(e.__traceback__)[-1]
-        return None, f"your function raised {type(e).__name__}: {e} (line {where.lineno})"
+        kind = type(e).__name__
+        return None, say(
+            lang,
+            en=f"your function raised {kind}: {e} (line {where.lineno})",
+            zh=f"你的函数抛出了 {kind}：{e}（第 {where.lineno} 行）",
+        )
 
 
 def compare(got: Any, want: Tensor, *, what: str = "the result", atol: float = 1e-5,
-            rtol: float = 1e-5) -> str | None:
-    """``None`` if ``got`` equals ``want``, else a hint that names what differs."""
+            rtol: float = 1e-5, lang: str = "en") -> str | None:
+    """``None`` if ``got`` equals ``want``, else a hint in ``lang`` that names what differs.
+
+    ``what`` names the result in the same language (``"the bias"``, ``"偏置"``)."""
+    check_lang(lang)
     if not isinstance(got, Tensor):
-        return f"{what} should be a torch.Tensor, got {type(got).__name__}"
+        name = type(got).__name__
+        return say(lang, en=f"{what} should be a torch.Tensor, got {name}",
+                   zh=f"{what}应当是 torch.Tensor，得到的是 {name}")
     if got.shape != want.shape:
-        return f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        g, w = tuple(got.shape), tuple(want.shape)
+        return say(lang, en=f"{what} has shape {g}, expected {w}",
+                   zh=f"{what}的形状是 {g}，应为 {w}")
     if not got.is_floating_point() and want.is_floating_point():
-        return f"{what} has dtype {got.dtype}, expected a float tensor"
+        return say(lang, en=f"{what} has dtype {got.dtype}, expected a float tensor",
+                   zh=f"{what}的 dtype 是 {got.dtype}，应为浮点张量")
     got = got.detach().to(torch.float64).cpu()
     want = want.detach().to(torch.float64).cpu()
     if torch.allclose(got, want, atol=atol, rtol=rtol):
         return None
     if not torch.isfinite(got).all():
-        return f"{what} contains NaN or inf"
+        return say(lang, en=f"{what} contains NaN or inf", zh=f"{what}中有 NaN 或 inf")
     if torch.allclose(got, -want, atol=atol, rtol=rtol):
-        return f"{what} has the wrong sign everywhere"
+        return say(lang, en=f"{what} has the wrong sign everywhere",
+                   zh=f"{what}处处符号相反")
     for factor in (2.0, 0.5):
         if torch.allclose(got, factor * want, atol=atol, rtol=rtol):
-            return f"{what} is {factor:g} times the expected values (a factor of 2 somewhere?)"
+            return say(
+                lang,
+                en=f"{what} is {factor:g} times the expected values (a factor of 2 somewhere?)",
+                zh=f"{what}是应有值的 {factor:g} 倍（是不是哪里多了或少了一个因子 2？）",
+            )
     if got.dim() >= 1 and got.shape[-1] % 2 == 0 and got.shape[-1] >= 4:
         d = got.shape[-1]
         to_half = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
@@ -65,8 +110,17 @@ def compare(got: Any, want: Tensor, *, what: str = "the result", atol: float = 1
         if torch.allclose(got[..., to_half], want, atol=atol, rtol=rtol) or torch.allclose(
             got[..., to_inter], want, atol=atol, rtol=rtol
         ):
-            return f"{what} has the right numbers in the wrong channel order (interleaved vs half layout?)"
+            return say(
+                lang,
+                en=f"{what} has the right numbers in the wrong channel order "
+                "(interleaved vs half layout?)",
+                zh=f"{what}的数值对，但维度的顺序不对（交错布局与对半布局弄混了？）",
+            )
     err = (got - want).abs()
     idx = tuple(int(i) for i in torch.unravel_index(err.argmax(), err.shape))
-    return (f"{what} differs at index {idx}: got {got[idx].item():.6g}, expected "
-            f"{want[idx].item():.6g} (max abs error {err.max().item():.3g})")
+    g, w, e = f"{got[idx].item():.6g}", f"{want[idx].item():.6g}", f"{err.max().item():.3g}"
+    return say(
+        lang,
+        en=f"{what} differs at index {idx}: got {g}, expected {w} (max abs error {e})",
+        zh=f"{what}在下标 {idx} 处不同：得到 {g}，应为 {w}（最大绝对误差 {e}）",
+    )

@@ -16,14 +16,16 @@ from torch import Tensor
 
 import posenc
 
-from . import attempt, compare, verdict
+from . import attempt, check_lang, compare, say, verdict
 
 __all__ = ["check_rope"]
 
 
-def _fail(hint: str, setting: str) -> bool:
+def _fail(hint: str, setting: str, lang: str = "en") -> bool:
     """``✗ hint`` wrapped to fit a page's output block, then the input that showed it."""
-    lines = textwrap.wrap(hint, 76, subsequent_indent="  ") + [f"  (input: {setting})"]
+    width = 38 if lang == "zh" else 76  # a Chinese character is two columns wide
+    tail = say(lang, en=f"  (input: {setting})", zh=f"  （输入：{setting}）")
+    lines = textwrap.wrap(hint, width, subsequent_indent="  ") + [tail]
     return verdict(False, "\n".join(lines))
 
 
@@ -37,26 +39,39 @@ def _rope(x: Tensor, positions: Tensor, base: float, *, interleaved: bool = True
     return posenc.apply_rope(x, cos, sign * sin, interleaved=interleaved)
 
 
-_SLIPS: dict[str, dict[str, Any]] = {
-    "pairs are (i, i + d/2), the half layout: here a pair is two neighbouring channels "
-    "(2i, 2i + 1)": {"interleaved": False},
-    "the angle has the wrong sign: R(a) = [[cos a, -sin a], [sin a, cos a]] turns "
-    "(1, 0) towards (0, 1)": {"sign": -1.0},
-    "the angles are twice too large: theta_i = base^(-2i/d), angle = position * theta_i":
-        {"angle_scale": 2.0},
-    "the angles are half as large as they should be: angle = position * theta_i":
-        {"angle_scale": 0.5},
-    "a factor of 2 in the frequency: theta_i = base^(-2i/d) for pair i, you used "
-    "base^(-i/d)": {"exponent": 1.0},
-    "a factor of 2 in the frequency: theta_i = base^(-2i/d) for pair i (i counts pairs, "
-    "not channels), you used base^(-4i/d)": {"exponent": 4.0},
-}
+_SLIPS: list[tuple[str, str, dict[str, Any]]] = [  # (English hint, Chinese hint, the slip)
+    ("pairs are (i, i + d/2), the half layout: here a pair is two neighbouring channels "
+     "(2i, 2i + 1)",
+     "维度对取成了 (i, i + d/2)，那是对半布局；这里的一对是相邻的两个维度 (2i, 2i + 1)",
+     {"interleaved": False}),
+    ("the angle has the wrong sign: R(a) = [[cos a, -sin a], [sin a, cos a]] turns "
+     "(1, 0) towards (0, 1)",
+     "角度的符号反了：R(a) = [[cos a, -sin a], [sin a, cos a]] 把 (1, 0) 转向 (0, 1)",
+     {"sign": -1.0}),
+    ("the angles are twice too large: theta_i = base^(-2i/d), angle = position * theta_i",
+     "角度大了一倍：theta_i = base^(-2i/d)，角度 = 位置 * theta_i",
+     {"angle_scale": 2.0}),
+    ("the angles are half as large as they should be: angle = position * theta_i",
+     "角度只有应有值的一半：角度 = 位置 * theta_i",
+     {"angle_scale": 0.5}),
+    ("a factor of 2 in the frequency: theta_i = base^(-2i/d) for pair i, you used "
+     "base^(-i/d)",
+     "频率差了因子 2：第 i 对的 theta_i = base^(-2i/d)，你用的是 base^(-i/d)",
+     {"exponent": 1.0}),
+    ("a factor of 2 in the frequency: theta_i = base^(-2i/d) for pair i (i counts pairs, "
+     "not channels), you used base^(-4i/d)",
+     "频率差了因子 2：第 i 对的 theta_i = base^(-2i/d)（i 数的是维度对，不是维度），"
+     "你用的是 base^(-4i/d)",
+     {"exponent": 4.0}),
+]
 
 
-def check_rope(fn: Callable[[Tensor, Tensor, float], Tensor]) -> bool:
+def check_rope(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str = "en") -> bool:
     """Check ``fn(x, positions, base) -> Tensor``: ``x`` is ``[L, d]`` (one head, ``d`` even),
     ``positions`` a ``[L]`` integer tensor; pair ``(2i, 2i+1)`` of row ``l`` is rotated by
-    ``positions[l] * base^(-2i/d)``. Compared with ``posenc.apply_rope`` (interleaved)."""
+    ``positions[l] * base^(-2i/d)``. Compared with ``posenc.apply_rope`` (interleaved); the
+    verdict is in ``lang`` (``"en"`` or ``"zh"``)."""
+    check_lang(lang)
     gen = torch.Generator().manual_seed(4)
     cases = [(6, 8, torch.arange(6), 10000.0),
              (5, 16, torch.randint(0, 200, (5,), generator=gen), 10000.0),
@@ -65,25 +80,32 @@ def check_rope(fn: Callable[[Tensor, Tensor, float], Tensor]) -> bool:
         x = torch.randn(L, d, generator=gen)
         setting = f"L={L}, d={d}, positions={positions.tolist()}, base={base:g}"
         x_in = x.clone()
-        got, error = attempt(fn, x_in, positions.clone(), base)
+        got, error = attempt(fn, x_in, positions.clone(), base, lang=lang)
         if error:
-            return _fail(error, setting)
+            return _fail(error, setting, lang)
         inv_freq, _ = posenc.rope_inv_freq(d, base=base)
         want = posenc.apply_rope(x, *posenc.rope_cos_sin(positions, inv_freq))  # [L, d]
-        problem = compare(got, want, what="the rotated x", atol=1e-4, rtol=1e-4)
+        problem = compare(got, want, what=say(lang, en="the rotated x", zh="旋转后的 x"),
+                          atol=1e-4, rtol=1e-4, lang=lang)
         if problem is None:
             if not torch.equal(x_in, x):
-                return _fail("the result is right, but your function changed x in place; "
-                             "return a new tensor instead", setting)
+                return _fail(say(lang, en="the result is right, but your function changed x "
+                                 "in place; return a new tensor instead",
+                                 zh="结果是对的，但你的函数原地修改了 x；请返回一个新张量"),
+                             setting, lang)
             continue
         if isinstance(got, Tensor) and got.shape == want.shape and got.is_floating_point():
             g = got.detach().double().cpu()
             if torch.allclose(g, x.double(), atol=1e-5):
-                return _fail("x came back unrotated", setting)
-            for slip, kwargs in _SLIPS.items():
+                return _fail(say(lang, en="x came back unrotated", zh="x 返回时没有被旋转"),
+                             setting, lang)
+            for en, zh, kwargs in _SLIPS:
                 if torch.allclose(g, _rope(x, positions, base, **kwargs).double(), atol=1e-4,
                                   rtol=1e-4):
-                    return _fail(slip, setting)
-        return _fail(problem, setting)
-    return verdict(True, "your 2x2 rotations equal posenc.apply_rope (interleaved pairs)\n"
-                   "  for every size, position and base tried")
+                    return _fail(say(lang, en=en, zh=zh), setting, lang)
+        return _fail(str(problem), setting, lang)
+    return verdict(True, say(
+        lang, en="your 2x2 rotations equal posenc.apply_rope (interleaved pairs)\n"
+        "  for every size, position and base tried",
+        zh="你的 2x2 旋转与 posenc.apply_rope（交错的维度对）相等，\n"
+        "  试过的每种大小、位置和基数都一样"))
