@@ -6,7 +6,8 @@ The book's repository address is written down once, as ``repository.url`` in ``_
 
 * the Colab bootstrap cell of every ``book/**/*.ipynb``: the first code cell, rewritten whole
   from :func:`bootstrap_source` (repository URL and the release tag ``v<version>`` from
-  ``pyproject.toml``), tagged ``remove-cell`` so the HTML never shows it;
+  ``pyproject.toml``; the default branch when that tag cannot be installed), tagged
+  ``remove-cell`` so the HTML never shows it;
 * ``README.md``, ``CHANGELOG.md``, ``CITATION.cff``, the ``[project.urls]`` of ``pyproject.toml``
   and the Markdown pages of the book (``book/**/*.md``): links to the repository
   (``https://github.com/<owner>/<repo>``, also inside ``git+https://...`` and Colab/raw links)
@@ -91,17 +92,30 @@ def package_version(root: Path = ROOT) -> str:
         return str(tomllib.load(f)["project"]["version"])
 
 
+EXTRAS = "lab,plot"  # what the chapters import: posenc.lab (tqdm, filelock, ...) and matplotlib
+
+
 def bootstrap_source(url: str, version: str) -> str:
-    """The one Colab bootstrap cell, identical in every notebook: it installs the release tagged
-    ``v<version>`` in Colab and does nothing anywhere else (nbval and the site build run it)."""
+    """The one Colab bootstrap cell, identical in every notebook.
+
+    In Colab it installs ``posenc[lab,plot]`` from the release tag ``v<version>``; when that
+    install fails (the tag does not exist yet, or the release is missing) it prints one line and
+    installs the default branch instead. Anywhere else (nbval, the site build) it does nothing.
+    The pinned attempt's own output is kept back, so a reader sees either nothing or that one line
+    (and the fallback's output, should the fallback fail too). ``tests/test_bootstrap.py`` runs
+    this cell against a local clone without tags.
+    """
     return (
         "# Colab bootstrap (written by scripts/set_repo.py): installs posenc in Colab only.\n"
         "import subprocess, sys  # noqa: E401\n"
         "\n"
         f'REPO, REF = "{url}", "v{version}"\n'
         'if "google.colab" in sys.modules:\n'
-        "    subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\",\n"
-        '                    f"posenc[plot] @ git+{REPO}@{REF}"], check=True)'
+        '    pip = [sys.executable, "-m", "pip", "install", "-q"]\n'
+        f'    pkg = "posenc[{EXTRAS}] @ git+" + REPO\n'
+        '    if subprocess.run(pip + [f"{pkg}@{REF}"], capture_output=True).returncode:\n'
+        '        print(f"could not install posenc {REF}: installing the default branch instead")\n'
+        '        subprocess.run(pip + [pkg], check=True)'
     )
 
 

@@ -2,6 +2,8 @@
 
 Figures are drawn 6.4 inches wide at 100 dpi (640 px, about the page's text width) with 13 pt
 text (18 px). On a 390 px phone the image shrinks to about 360 px and the text stays above 10 px.
+They are rendered at twice that resolution (:data:`SAVE_DPI`; in a notebook the inline backend's
+``"retina"`` format: a 1280 px PNG shown 640 px wide), so they stay sharp on high-density screens.
 Colour maps never end in near-white, which vanishes on a white page: :data:`SEQUENTIAL` is viridis
 without its last, pale-yellow tenth, :data:`DIVERGING` is ``RdBu_r`` (its white is the centre of
 the scale, never an end).
@@ -14,22 +16,27 @@ Usage in a chapter::
 
 The Chinese edition draws its labels in a CJK font (Noto Sans CJK SC from Debian's
 ``fonts-noto-cjk``, or another CJK sans-serif font that fontconfig knows); Latin text and digits
-come from the same font, so a figure mixes the two scripts without missing glyphs.
+come from the same font, so a figure mixes the two scripts without missing glyphs. In Google Colab,
+whose matplotlib has no CJK font, :func:`cjk_font` installs ``fonts-noto-cjk`` with apt-get the
+first time; anywhere else a missing font raises an error that says how to install one.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 WIDTH = 6.4  # inches; 640 px at 100 dpi
 HEIGHT = 3.6
 DPI = 100
+SAVE_DPI = 200  # files and inline figures: twice the pixels, sharp on a high-density screen
 FONT_SIZE = 13
 
 BOOK_STYLE: dict[str, Any] = {
     "figure.figsize": (WIDTH, HEIGHT),
     "figure.dpi": DPI,
-    "savefig.dpi": DPI,
+    "savefig.dpi": SAVE_DPI,
     "font.size": FONT_SIZE,
     "axes.titlesize": FONT_SIZE,
     "axes.labelsize": FONT_SIZE,
@@ -87,13 +94,34 @@ def _register_colormaps() -> None:
     mpl.colormaps.register(ListedColormap(colors, name=SEQUENTIAL))
 
 
-def cjk_font() -> str:
-    """The name of an installed CJK sans-serif font (the first of ``CJK_FONTS`` found).
+CJK_PACKAGE = "fonts-noto-cjk"  # Debian's and Ubuntu's package of Noto Sans CJK (SC among them)
+INSTALL_HINT = (
+    "install one and run this again: `sudo apt-get install fonts-noto-cjk` (Debian, Ubuntu), "
+    "`sudo dnf install google-noto-sans-cjk-fonts` (Fedora), "
+    "`brew install --cask font-noto-sans-cjk-sc` (macOS); Windows has Microsoft YaHei"
+)
 
-    Fonts installed after matplotlib built its font cache are not in it; then the CJK font files
-    that fontconfig's directories hold are added to matplotlib's font manager first.
-    Raises ``RuntimeError`` naming the Debian package when none is installed.
-    """
+
+def _in_colab() -> bool:
+    return "google.colab" in sys.modules
+
+
+def _install_cjk_font() -> None:
+    """Install Debian's ``fonts-noto-cjk`` with apt-get (Colab runs as root), updating the package
+    lists first only when the plain install fails. Raises ``RuntimeError`` with apt's message."""
+    print(f"installing a CJK font for the Chinese figures (apt-get install {CJK_PACKAGE}) ...")
+    install = ["apt-get", "install", "-y", "-q", CJK_PACKAGE]
+    if subprocess.run(install, capture_output=True).returncode == 0:
+        return
+    subprocess.run(["apt-get", "update", "-q"], capture_output=True)
+    done = subprocess.run(install, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"apt-get install {CJK_PACKAGE} failed: {done.stderr.strip()[-500:]}")
+
+
+def _find_cjk_font() -> str | None:
+    """The first of ``CJK_FONTS`` that matplotlib's font manager has, after adding the CJK font
+    files of fontconfig's directories that its font cache (built earlier) does not list."""
     from matplotlib import font_manager
 
     def installed() -> str | None:
@@ -102,27 +130,60 @@ def cjk_font() -> str:
 
     name = installed()
     if name is None:
+        known = {font.fname for font in font_manager.fontManager.ttflist}
         for path in font_manager.findSystemFonts():
             lower = path.lower()
-            if any(key in lower for key in ("cjk", "sourcehansans", "wqy", "notosanssc")):
+            if path not in known and any(
+                key in lower for key in ("cjk", "sourcehansans", "wqy", "notosanssc")
+            ):
                 try:
                     font_manager.fontManager.addfont(path)
                 except (OSError, RuntimeError, ValueError):  # unreadable file: skip it
                     continue
         name = installed()
+    return name
+
+
+def cjk_font() -> str:
+    """The name of an installed CJK sans-serif font (the first of ``CJK_FONTS`` found).
+
+    Fonts installed after matplotlib built its font cache are not in it; then the CJK font files
+    that fontconfig's directories hold are added to matplotlib's font manager first. In Google
+    Colab, which has none, Debian's ``fonts-noto-cjk`` is installed with apt-get (once, about half
+    a minute) and registered. Anywhere else ``RuntimeError`` says how to install one.
+    """
+    name = _find_cjk_font()
+    if name is None and _in_colab():
+        _install_cjk_font()
+        name = _find_cjk_font()
     if name is None:
         raise RuntimeError(
             "no CJK font found for the Chinese figures (looked for "
-            f"{', '.join(CJK_FONTS)}); install one, e.g. `apt-get install fonts-noto-cjk`"
+            f"{', '.join(CJK_FONTS)}); {INSTALL_HINT}"
         )
     return name
+
+
+def _sharp_inline_figures() -> None:
+    """In a Jupyter kernel, show figures as ``"retina"`` PNGs: twice the pixels, drawn at the
+    figure's size (the PNG carries its 1x width and height, which the book's pages keep)."""
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    shell = get_ipython() if get_ipython is not None else None
+    if shell is None or not hasattr(shell, "kernel"):  # a plain Python process or a terminal
+        return
+    try:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # pragma: no cover - ipykernel always brings it
+        return
+    set_matplotlib_formats("retina")
 
 
 _current_lang = "en"
 
 
 def use_book_style(lang: str = "en") -> None:
-    """Apply the book's matplotlib settings (and register :data:`SEQUENTIAL`).
+    """Apply the book's matplotlib settings (and register :data:`SEQUENTIAL`); in a notebook, figures
+    are shown at twice the pixel density (``"retina"`` PNGs).
 
     ``lang="zh"`` puts a CJK font (:func:`cjk_font`) first in ``font.sans-serif`` so that Chinese
     titles, labels and legends render; :func:`figure` keeps the language last set here.
@@ -130,10 +191,16 @@ def use_book_style(lang: str = "en") -> None:
     global _current_lang
     if not isinstance(lang, str) or lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
-    import matplotlib
-    import matplotlib.pyplot as plt
+    try:
+        import matplotlib
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ImportError(
+            "posenc.lab.plot needs matplotlib: pip install 'posenc[plot]'"
+        ) from err
 
     _register_colormaps()
+    _sharp_inline_figures()
     plt.style.use(BOOK_STYLE)  # rcParams.update for these keys; typed to take a dict[str, Any]
     plt.rcParams["axes.unicode_minus"] = True  # U+2212, which DejaVu and Noto CJK both have
     if lang == "zh":
