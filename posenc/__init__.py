@@ -9,12 +9,14 @@ package never imports it.
 """
 
 from .alibi import alibi_bias, alibi_bias_padded, alibi_score_mod, alibi_slopes
-from .attention import KVCache, MultiHeadAttention, attend, causal_block_mask, causal_mask
+from .attention import MultiHeadAttention, attend, causal_block_mask, causal_mask
 from .axial import axial_rope_cos_sin
+from .cache import KVCache
 from .device import default_device
 from .learned import LearnedPositionalEmbedding
 from .mla import mla_rope
 from .mrope import mrope_cos_sin, mrope_position_ids
+from .positions import packed_positions, positions_from_mask, shard_positions
 from .rope import (
     RotaryEmbedding,
     apply_rope,
@@ -86,6 +88,9 @@ __all__ = [
     "convert_rope_weight",
     "default_device",
     "make_scheme",
+    "packed_positions",
+    "positions_from_mask",
+    "shard_positions",
     "rope_cos_sin",
     "rope_inv_freq",
     "rope_permutation",

@@ -56,16 +56,36 @@ def check_tensor(name: str, value: object, *, floating: bool = False, min_dim: i
     return value
 
 
+def is_compiling() -> bool:
+    """True while ``torch.compile`` traces: value checks that need a host sync are skipped then
+    (shape, dtype and type checks are static and stay), as transformers does."""
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and compiler.is_compiling())
+
+
+MAX_POSITION = 1 << 24
+"""Positions must be below ``2**24``: float32, the dtype of every angle, holds every integer up
+to there exactly, and no larger table is ever allocated by accident (Llama 4's 10M context fits)."""
+
+
 def check_positions(name: str, value: object) -> Tensor:
-    """Raise unless ``value`` is an integer tensor of non-negative positions, shape [L] or [B, L]."""
+    """Raise unless ``value`` is an integer tensor of positions in ``[0, 2**24)``, shape [L] or
+    [B, L]. The range check needs a host sync, so it is skipped while compiling."""
     if not isinstance(value, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer positions, got {type(value).__name__}")
     if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
     if value.dim() not in (1, 2):
         raise ValueError(f"{name} must have shape [L] or [B, L], got shape {tuple(value.shape)}")
-    if value.numel() and int(value.min()) < 0:
-        raise ValueError(f"{name} must be >= 0, got a minimum of {int(value.min())}")
+    if value.numel() and not is_compiling():
+        lo, hi = torch.aminmax(value)
+        if int(lo) < 0:
+            raise ValueError(f"{name} must be >= 0, got a minimum of {int(lo)}")
+        if int(hi) >= MAX_POSITION:
+            raise ValueError(
+                f"{name} must be < 2**24 = {MAX_POSITION} (float32 angles hold integers exactly "
+                f"only up to there), got a maximum of {int(hi)}"
+            )
     return value
 
 

@@ -7,8 +7,9 @@ before the first block; attention never changes when a scheme is added.
 
 Backends: ``"sdpa"`` (``torch.nn.functional.scaled_dot_product_attention``, the default),
 ``"math"`` (the written-out ``softmax(q k^T / sqrt(d) + b) v``, for teaching and tests) and
-``"flex"`` (``torch.nn.attention.flex_attention`` with the scheme's ``score_mod``, compiled with
-``torch.compile`` so that no ``[L, L]`` bias is ever built; Dong et al., 2024). Where
+``"flex"`` (``torch.nn.attention.flex_attention`` with the scheme's ``score_mod`` and a
+``BlockMask`` of the visibility rule, compiled with ``torch.compile`` so that no ``[L, L]`` bias
+or mask is ever built; Dong et al., 2024). Where
 FlexAttention is missing (torch < 2.5) ``"flex"`` warns once and falls back to ``"sdpa"``.
 Masks use ``-inf`` through SDPA, never ``masked_fill(-1e9)``, which overflows in float16.
 """
@@ -24,48 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_float, check_int, check_positions, check_tensor
+from ._checks import check_float, check_int, check_positions, check_tensor, is_compiling
 from .alibi import _check_bool
+from .cache import KVCache
+from .masks import FLEX_BLOCK, Visibility, block_visibility, dense_visibility
+from .positions import _check_mask, packed_positions
 from .schemes import NoPE, PositionScheme, make_scheme
 
 BACKENDS = ("sdpa", "math", "flex")
-
-
-class KVCache:
-    """Keys and values of the tokens seen so far, ``[B, H, T, Dh]``; keys are stored rotated."""
-
-    def __init__(self) -> None:
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
-
-    def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[-2]
-
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append the new ``k, v [B, H, L, Dh]``; return all keys and values so far."""
-        for name, t in (("k", k), ("v", v)):
-            check_tensor(name, t, floating=True)
-            if t.dim() != 4:
-                raise ValueError(f"{name} must have shape [B, H, L, Dh], got {tuple(t.shape)}")
-        if k.shape != v.shape or k.dtype != v.dtype or k.device != v.device:
-            raise ValueError(
-                f"k and v must have the same shape, dtype and device, got {tuple(k.shape)} "
-                f"{k.dtype} {k.device} and {tuple(v.shape)} {v.dtype} {v.device}"
-            )
-        if self.k is None or self.v is None:
-            self.k, self.v = k, v
-        else:
-            if k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]:
-                raise ValueError(
-                    f"new k {tuple(k.shape)} does not match the cached keys {tuple(self.k.shape)} "
-                    "(batch, heads and head_dim must agree)"
-                )
-            if k.dtype != self.k.dtype or k.device != self.k.device:
-                raise ValueError(
-                    f"new k is {k.dtype} on {k.device}, the cache holds {self.k.dtype} on {self.k.device}"
-                )
-            self.k, self.v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
-        return self.k, self.v
 
 
 def _check_lengths(q_len: object, k_len: object) -> tuple[int, int]:
@@ -89,7 +56,6 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None
 
 _compiled_flex: Callable | None = None
 _warned: set[str] = set()
-FLEX_BLOCK = 128  # FlexAttention's tile size
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -138,22 +104,42 @@ def causal_block_mask(q_len: int, k_len: int, device: torch.device | str | None 
     )
 
 
-def _flex(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable | None, causal: bool) -> Tensor | None:
-    """FlexAttention, compiled once; ``None`` where this torch has none."""
+def _flex_fn() -> Callable | None:
+    """FlexAttention, compiled once (called as is inside a compiled region); ``None`` where this
+    torch has none."""
     global _compiled_flex
     try:
         from torch.nn.attention.flex_attention import flex_attention
     except ImportError:
         _warn_once("import", f"backend='flex' needs torch >= 2.5 (this is {torch.__version__}); using 'sdpa'")
         return None
+    if is_compiling():
+        return flex_attention
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex
+
+
+def _flex_usable(q: Tensor, k: Tensor, v: Tensor) -> bool:
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad and q.device.type == "cpu":
         _warn_once("cpu-grad", "FlexAttention has no backward on CPU; using 'sdpa' while training")
-        return None
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
-    block_mask = causal_block_mask(q.shape[-2], k.shape[-2], q.device) if causal else None
-    return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
+        return False
+    return True
+
+
+def _positions_arg(name: str, value: Tensor, B: int, L: int) -> Tensor:
+    """``value`` ``[L]`` or ``[1 | B, L]`` -> checked ``[B, L]`` int64 view."""
+    check_positions(name, value)
+    if value.shape[-1] != L or (value.dim() == 2 and value.shape[0] not in (1, B)):
+        raise ValueError(f"{name} must have shape [{L}] or [{B}, {L}], got {tuple(value.shape)}")
+    return value
+
+
+def _repeat_kv(t: Tensor, groups: int) -> Tensor:
+    """``[B, H_kv, T, D] -> [B, H_kv * groups, T, D]``: query head ``h`` reads kv head
+    ``h // groups`` (transformers' ``repeat_kv``)."""
+    return t if groups == 1 else t.repeat_interleave(groups, dim=1)
 
 
 def attend(
@@ -162,18 +148,50 @@ def attend(
     v: Tensor,
     scheme: PositionScheme | None = None,
     *,
-    causal: bool = True,
     positions: Tensor | None = None,
+    key_positions: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    document_ids: Tensor | None = None,
+    window: int | None = None,
+    causal: bool = True,
     cache: KVCache | None = None,
     backend: str = "sdpa",
     dropout_p: float = 0.0,
 ) -> Tensor:
-    """Attention over ``q, k, v [B, H, L, Dh]`` with a position scheme; returns ``[B, H, L, Dh]``.
+    """Attention of ``q [B, H, Lq, Dh]`` over ``k, v [B, H_kv, Lk, Dh]`` with a position scheme
+    and a visibility rule; returns ``[B, H, Lq, Dh]``.
 
-    ``positions`` (``[L]`` or ``[B, L]``) default to ``len(cache) + arange(L)``. With a ``cache``
-    the new keys/values are appended and the queries attend to everything cached. A bias scheme
-    (ALiBi, T5) hands SDPA one ``[1, H, Lq, Lk]`` float mask with the causal mask folded in
-    (``PositionScheme.attn_mask``, cached per shape), so SDPA takes its fused path.
+    Positions, never indices, drive every scheme:
+
+    - ``positions`` ``[Lq]`` or ``[B, Lq]``: the queries' (and, by default, the new keys')
+      positions. Default: ``arange(Lq)`` after the tokens the ``cache`` has seen, or, with
+      ``document_ids``, restarting at 0 in each document (:func:`~posenc.packed_positions`).
+    - ``key_positions`` ``[Lk]`` or ``[B, Lk]``: the keys' own positions (keys gathered from
+      other shards under context parallelism); ``Lk`` may then differ from ``Lq``. RoPE rotates
+      ``k`` by them, ALiBi and T5 use key position minus query position, and ``causal`` means
+      key position <= query position.
+
+    Visibility (see :mod:`posenc.masks`): ``causal`` (the new tokens follow the cached ones);
+    ``attention_mask [B, T]`` (1 / True = a real token, transformers' convention, over the
+    cached plus new keys): padded keys are never attended, and a padded query row comes back
+    finite but meaningless; ``document_ids [B, Lq]`` (integers, each document one contiguous run):
+    a token sees only its own document; ``window=W``: query at position m sees keys n with
+    m - W < n <= m (W keys including itself, also while decoding with a cache).
+
+    GQA / MQA: ``H % H_kv == 0``; query head h reads kv head ``h // (H / H_kv)``; the cache
+    stores ``H_kv`` heads. With none of the options above (and default positions for a bias
+    scheme) this is the fast path: SDPA's ``is_causal`` or one cached ``[1, H, Lq, Lk]`` bias.
+    Otherwise ``sdpa`` and ``math`` get one boolean or float mask ``[B, H, Lq, Lk]`` built from
+    the rule, and ``flex`` a ``BlockMask`` plus a ``score_mod`` (never an ``[Lq, Lk]`` tensor):
+    use ``flex`` for long packed or windowed sequences on a GPU.
+
+    Raises:
+        TypeError: q, k, v not floating tensors of one dtype; a position or mask of the wrong
+            dtype; ``scheme`` or ``cache`` of the wrong type.
+        ValueError: shapes that do not fit ``[B, H, L, Dh]`` / ``[B, H_kv, L, Dh]``; ``H`` not a
+            multiple of ``H_kv``; ``Lk != Lq`` without ``key_positions`` (earlier keys belong in
+            the cache); a mask or position of the wrong shape or value; an unknown ``backend``;
+            ``window < 1``.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, floating=True)
@@ -183,15 +201,22 @@ def attend(
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.device != k.device or q.device != v.device:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+    B, H, Lq, D = q.shape
+    if k.shape != v.shape or k.shape[0] != B or k.shape[-1] != D:
         raise ValueError(
-            f"q, k, v must agree in batch, heads and head_dim (k and v fully), got "
+            f"q, k, v must agree in batch and head_dim (k and v fully), got "
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
-    if q.shape[-2] != k.shape[-2]:
+    H_kv = k.shape[1]
+    if H % H_kv:
         raise ValueError(
-            f"q and k must hold the same new tokens, got {q.shape[-2]} and {k.shape[-2]}; "
-            "earlier keys belong in the cache"
+            f"q has {H} heads and k/v have {H_kv}: the query heads must be a multiple of the kv "
+            "heads (grouped-query attention)"
+        )
+    if key_positions is None and k.shape[-2] != Lq:
+        raise ValueError(
+            f"q and k must hold the same new tokens, got {Lq} and {k.shape[-2]}; "
+            "earlier keys belong in the cache (or give key_positions for keys of their own)"
         )
     if scheme is not None and not isinstance(scheme, PositionScheme):
         raise TypeError(f"scheme must be a PositionScheme or None, got {type(scheme).__name__}")
@@ -201,24 +226,125 @@ def attend(
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     causal = _check_bool("causal", causal)
     dropout_p = _check_dropout("dropout_p", dropout_p)
+    if window is not None:
+        window = check_int("window", window, minimum=1)
     scheme = scheme if scheme is not None else _NOPE
-    offset = len(cache) if cache is not None else 0
+
+    doc = None
+    if document_ids is not None:
+        if key_positions is not None:
+            raise ValueError("document_ids with key_positions is not supported: give the "
+                             "gathered keys' positions and mask documents with attention_mask")
+        doc = _positions_arg("document_ids", document_ids, B, Lq).expand(B, Lq)
+    positions_given = positions is not None
     if positions is None:
-        positions = torch.arange(offset, offset + q.shape[-2], device=q.device)  # [L]
-    check_positions("positions", positions)
+        if doc is not None:
+            if cache is not None and (cache.k is not None):
+                raise ValueError("with document_ids and a non-empty cache, give positions "
+                                 "(the documents' positions continue across calls)")
+            positions = packed_positions(doc)  # [B, Lq]
+        elif cache is not None:
+            positions = cache.next_positions(Lq, q.device)  # [Lq]
+        else:
+            positions = torch.arange(Lq, device=q.device)  # [Lq]
+    else:
+        positions = _positions_arg("positions", positions, B, Lq).to(q.device)
+    if key_positions is not None:
+        key_positions = _positions_arg("key_positions", key_positions, B, k.shape[-2]).to(q.device)
 
-    q, k = scheme.rotate(q, k, positions)  # [B, H, L, Dh]
+    q, k = scheme.rotate(q, k, positions, key_positions)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
+    k_new_pos = positions if key_positions is None else key_positions
+    valid: Tensor | None = None
     if cache is not None:
-        k, v = cache.update(k, v)  # [B, H, T, Dh]
-    q_len, k_len = q.shape[-2], k.shape[-2]
+        view = cache.update(k, v, k_new_pos, doc)
+        k, v, k_pos, k_doc, valid, q_slot = view
+    else:
+        k_pos, k_doc, q_slot = k_new_pos, doc, k.shape[-2] - Lq
+    Lk = k.shape[-2]
 
-    if backend == "flex" and dropout_p == 0.0:
+    key_valid = None
+    if attention_mask is not None:
+        key_valid = _check_mask("attention_mask", attention_mask)
+        if cache is not None and cache.static and key_valid.shape[-1] < Lk:
+            key_valid = F.pad(key_valid, (0, Lk - key_valid.shape[-1]), value=False)
+        if key_valid.shape != (B, Lk) and key_valid.shape != (1, Lk):
+            raise ValueError(
+                f"attention_mask must have shape [{B}, {Lk}] (cached plus new keys), got "
+                f"{tuple(attention_mask.shape)}"
+            )
+        key_valid = key_valid.to(q.device)
+    if valid is not None:
+        key_valid = valid[None] if key_valid is None else key_valid & valid
+
+    general = (
+        key_valid is not None or doc is not None or window is not None or key_positions is not None
+        or (cache is not None and cache.evicted) or (positions_given and scheme.has_bias)
+    )
+    gqa = H != H_kv
+    if not general:
+        return _attend_fast(q, k, v, scheme, causal, backend, dropout_p, gqa)
+
+    rule = Visibility(
+        q_pos=positions.expand(B, Lq), k_pos=k_pos.expand(B, Lk),
+        q_slot=q_slot + torch.arange(Lq, device=q.device), causal=causal,
+        by_position=key_positions is not None, window=window,
+        key_valid=None if key_valid is None else key_valid.expand(B, Lk),
+        q_doc=doc, k_doc=None if k_doc is None else k_doc.expand(B, Lk),
+    )
+    if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v):
+        fn = _flex_fn()
+        if fn is not None:
+            score_mod = scheme.position_score_mod(rule.q_pos, rule.k_pos, causal=causal)
+            if score_mod is None and scheme.has_bias:
+                raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
+            block_mask = block_visibility(rule, H)
+            return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
+    allowed = dense_visibility(rule)  # [B, 1, Lq, Lk]
+    bias = scheme.position_bias(rule.q_pos, rule.k_pos, causal=causal)  # [B, H, Lq, Lk] or None
+    if bias is not None and bias.shape[1] not in (1, H):
+        raise ValueError(f"scheme {scheme.name!r} has a bias for {bias.shape[1]} heads but q has {H} heads")
+    if backend == "math":
+        scores = q @ _repeat_kv(k, H // H_kv).transpose(-2, -1) / math.sqrt(D)  # [B, H, Lq, Lk]
+        if bias is not None:
+            scores = scores + bias
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = F.dropout(scores.float().softmax(dim=-1), p=dropout_p).to(q.dtype)
+        return probs @ _repeat_kv(v, H // H_kv)
+    mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
+    return _sdpa(q, k, v, mask, dropout_p, gqa)
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, gqa: bool,
+          is_causal: bool = False) -> Tensor:
+    """SDPA with grouped-query heads (``enable_gqa`` where torch has it, else repeated k/v)."""
+    if gqa:
+        if _HAS_GQA:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=True
+            )
+        g = q.shape[1] // k.shape[1]
+        k, v = _repeat_kv(k, g), _repeat_kv(v, g)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+
+
+_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
+
+
+def _attend_fast(
+    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, causal: bool, backend: str,
+    dropout_p: float, gqa: bool,
+) -> Tensor:
+    """No padding, documents, window or moved keys: SDPA's ``is_causal`` or the scheme's cached
+    ``[1, H, Lq, Lk]`` bias (queries are the last ``Lq`` keys)."""
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v):
         score_mod = scheme.score_mod(k_len - q_len)
-        if score_mod is None and scheme.bias(1, 1) is not None:
+        if score_mod is None and scheme.has_bias:
             raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
-        out = _flex(q, k, v, score_mod, causal)
-        if out is not None:
-            return out
+        fn = _flex_fn()
+        if fn is not None:
+            block_mask = causal_block_mask(q_len, k_len, q.device) if causal else None
+            return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
 
     mask = scheme.attn_mask(q_len, k_len, causal=causal, dtype=q.dtype, device=q.device)
     if mask is not None and mask.shape[1] not in (1, q.shape[1]):  # [1, H, Lq, Lk]
@@ -226,22 +352,26 @@ def attend(
             f"scheme {scheme.name!r} has a bias for {mask.shape[1]} heads but q has {q.shape[1]} heads"
         )
     if backend == "math":
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, H, Lq, Lk]
+        g = q.shape[1] // k.shape[1]
+        scores = q @ _repeat_kv(k, g).transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, H, Lq, Lk]
         if mask is not None:
             scores = scores + mask
         elif causal:
             scores = scores.masked_fill(~causal_mask(q_len, k_len, q.device), float("-inf"))
         probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
-        return probs @ v
+        return probs @ _repeat_kv(v, g)
 
     if mask is None:
         if causal and q_len == k_len:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+            return _sdpa(q, k, v, None, dropout_p, gqa, is_causal=True)
         mask = causal_mask(q_len, k_len, q.device) if causal else None  # [Lq, Lk] bool
-    elif causal and q.device.type == "cpu" and q_len >= 2 * CAUSAL_CHUNK and torch.get_num_threads() == 1:
-        return _sdpa_causal_chunks(q, k, v, mask, dropout_p)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-
+    elif (
+        causal and q.device.type == "cpu" and q_len >= 2 * CAUSAL_CHUNK and not is_compiling()
+        and torch.get_num_threads() == 1
+    ):
+        g = q.shape[1] // k.shape[1]
+        return _sdpa_causal_chunks(q, _repeat_kv(k, g), _repeat_kv(v, g), mask, dropout_p)
+    return _sdpa(q, k, v, mask, dropout_p, gqa)
 
 CAUSAL_CHUNK = 128
 
@@ -280,7 +410,12 @@ class MultiHeadAttention(nn.Module):
     """Multi-head self-attention ``[B, L, D] -> [B, L, D]`` with a position scheme.
 
     ``scheme`` is a name (see ``make_scheme``) or a ``PositionScheme`` shared with the model.
-    The ``embed`` hook is *not* applied here: the model adds it to the token embeddings.
+    ``num_kv_heads`` (default ``num_heads``) < ``num_heads`` gives grouped-query attention
+    (Ainslie et al., 2023; ``1`` is multi-query attention): keys and values have that many
+    heads, each shared by ``num_heads / num_kv_heads`` query heads, and so does the cache.
+    ``window=W`` makes every query see only its last ``W`` keys (itself included), as Mistral's
+    and Gemma's sliding-window layers. The ``embed`` hook is *not* applied here: the model
+    adds it to the token embeddings.
     """
 
     def __init__(
@@ -288,6 +423,8 @@ class MultiHeadAttention(nn.Module):
         dim: int,
         num_heads: int,
         *,
+        num_kv_heads: int | None = None,
+        window: int | None = None,
         scheme: str | PositionScheme | None = "nope",
         causal: bool = True,
         backend: str = "sdpa",
@@ -300,6 +437,14 @@ class MultiHeadAttention(nn.Module):
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         if dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        self.num_kv_heads = num_heads if num_kv_heads is None else check_int(
+            "num_kv_heads", num_kv_heads, minimum=1
+        )
+        if num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads={num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
+            )
+        self.window = None if window is None else check_int("window", window, minimum=1)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.head_dim = dim // num_heads
@@ -317,23 +462,33 @@ class MultiHeadAttention(nn.Module):
                 f"scheme 'rope' rotates head_dim={rotary.head_dim}, but dim // num_heads = "
                 f"{dim} // {num_heads} = {self.head_dim}"
             )
-        self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
+        kv = self.num_kv_heads * self.head_dim
+        self.qkv = nn.Linear(dim, dim + 2 * kv, bias=bias)  # [q | k | v] rows
         self.proj = nn.Linear(dim, dim, bias=bias)
 
     def forward(
-        self, x: Tensor, *, positions: Tensor | None = None, cache: KVCache | None = None
+        self,
+        x: Tensor,
+        *,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        attention_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         """Attend over ``x [B, L, D]``; returns ``[B, L, D]``.
 
         ``positions`` (``[L]`` or ``[B, L]``, integer) are the tokens' positions, by default
-        ``len(cache) + arange(L)``. With a ``cache`` (a :class:`KVCache`, one per layer) the new
-        keys and values are appended to it and the queries see every cached token: decoding one
-        token at a time gives the outputs of one full pass. The scheme's ``embed`` hook is the
-        model's job, not this layer's. Dropout on the attention weights acts in training mode.
+        ``arange(L)`` after the tokens the cache has seen (restarting per document with
+        ``document_ids``). With a ``cache`` (a :class:`~posenc.cache.KVCache`, one per layer)
+        the new keys and values are appended to it and the queries see every cached token:
+        decoding one token at a time gives the outputs of one full pass. ``attention_mask``
+        ``[B, T]`` (1 = real token, over cached plus new tokens) and ``document_ids [B, L]`` are
+        passed to :func:`attend`. The scheme's ``embed`` hook is the model's job, not this
+        layer's. Dropout on the attention weights acts in training mode.
 
         Raises:
             TypeError: ``x`` is not a floating-point tensor, ``positions`` not an integer
-                tensor, ``cache`` not a :class:`KVCache`.
+                tensor, ``cache`` not a :class:`~posenc.cache.KVCache`.
             ValueError: ``x`` is not ``[B, L, dim]``; ``positions`` has the wrong shape or a
                 negative entry; ``cache`` holds keys of another batch, head count or head size.
         """
@@ -346,10 +501,17 @@ class MultiHeadAttention(nn.Module):
                 f"x must have the layer's dtype {w.dtype}, got {x.dtype}; cast one of them "
                 f"(x.to({w.dtype}) or layer.to({x.dtype}))"
             )
-        q, k, v = self.qkv(x).unflatten(-1, (3, self.num_heads, self.head_dim)).unbind(2)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, Dh]
+        H, H_kv, Dh = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = self.qkv(x)  # [B, L, (H + 2 H_kv) Dh]
+        if H_kv == H:
+            q, k, v = qkv.unflatten(-1, (3, H, Dh)).unbind(2)  # each [B, L, H, Dh]
+        else:
+            q, k, v = qkv.split([H * Dh, H_kv * Dh, H_kv * Dh], dim=-1)
+            q, k, v = q.unflatten(-1, (H, Dh)), k.unflatten(-1, (H_kv, Dh)), v.unflatten(-1, (H_kv, Dh))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, Dh], [B, H_kv, L, Dh]
         y = attend(
             q, k, v, self.scheme, causal=self.causal, positions=positions, cache=cache,
+            attention_mask=attention_mask, document_ids=document_ids, window=self.window,
             backend=self.backend, dropout_p=self.dropout if self.training else 0.0,
         )  # [B, H, L, Dh]
         return self.proj(y.transpose(1, 2).flatten(2))  # [B, L, D]

@@ -30,8 +30,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_dtype, check_float, check_int, check_positions, check_tensor
+from ._checks import (
+    check_dtype,
+    check_float,
+    check_int,
+    check_positions,
+    check_tensor,
+    is_compiling,
+)
 from .rope_scaling import rope_inv_freq, rope_switch_len
+
+TABLE_MAX = 1 << 17
+"""The cos/sin tables grow to at most this many positions; beyond it angles are computed from
+the positions on each call (a table of 2**24 rows would take gigabytes)."""
 
 
 def _check_bool(name: str, value: object) -> bool:
@@ -397,19 +408,24 @@ class RotaryEmbedding(nn.Module):
                 return L  # shorter than the trained length: back to the original frequencies
         return cur  # static types, or dynamic between L and the longest length seen
 
+    def _update_freq(self, seq_len: int) -> None:
+        """``dynamic`` / ``longrope``: the frequencies for a call of ``seq_len`` (HF's rules)."""
+        if self.original_len is None:
+            return
+        freq_len = self._freq_len_for(seq_len)
+        if freq_len != self.freq_len:
+            inv_freq, self.attention_factor = rope_inv_freq(
+                self.head_dim, base=self.base, scaling=self.scaling, seq_len=freq_len
+            )
+            self.inv_freq = inv_freq.to(self.inv_freq.device)
+            self.freq_len = freq_len
+            self.cos_cached = self.cos_cached[:0]  # stale: rebuilt on demand
+
     def _refresh(self, seq_len: int, device: torch.device) -> None:
-        if self.original_len is not None:
-            freq_len = self._freq_len_for(seq_len)
-            if freq_len != self.freq_len:
-                inv_freq, self.attention_factor = rope_inv_freq(
-                    self.head_dim, base=self.base, scaling=self.scaling, seq_len=freq_len
-                )
-                self.inv_freq = inv_freq.to(self.inv_freq.device)
-                self.freq_len = freq_len
-                self.cos_cached = self.cos_cached[:0]  # stale: rebuilt below
+        self._update_freq(seq_len)
         cached = self.cos_cached
         if seq_len > cached.shape[0] or cached.device != device:
-            n = max(seq_len, 2 * cached.shape[0], 64)
+            n = max(seq_len, min(2 * cached.shape[0], TABLE_MAX), 64)
             self.cos_cached, self.sin_cached = rope_cos_sin(
                 torch.arange(n, device=device), self.inv_freq.to(device),
                 interleaved=self.interleaved, attention_factor=self.attention_factor,
@@ -419,6 +435,32 @@ class RotaryEmbedding(nn.Module):
             else:  # [-sin, sin]: x cos + roll(x) * this is the half-layout rotation
                 s = self.sin_cached[:, : self.rotary_dim // 2]
                 self.sin_signed_cached = torch.cat([-s, s], dim=-1)
+
+    def _direct(self, positions: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """cos, sin (and cis) computed from ``positions`` without the table: the same float32
+        ops that fill the table, so the values are equal. Used while compiling (no host sync,
+        no buffer growth) and for positions past ``TABLE_MAX``."""
+        angles = positions.to(torch.float32)[..., None] * self.inv_freq.to(positions.device)  # [..., L, rd/2]
+        cis = None
+        if self.interleaved:
+            full = angles.repeat_interleave(2, dim=-1)  # [..., L, rd]
+        else:
+            full = torch.cat([angles, angles], dim=-1)
+        cos, sin = full.cos() * self.attention_factor, full.sin() * self.attention_factor
+        if self.interleaved:
+            cis = torch.complex(cos[..., 0::2], sin[..., 0::2])
+        return cos, sin, cis
+
+    def _lookup(self, positions: Tensor, hi: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        """cos, sin, cis ``[..., L, rd]`` for ``positions`` whose maximum is ``hi``."""
+        if is_compiling():
+            return self._direct(positions)
+        if hi + 1 > TABLE_MAX:
+            self._update_freq(hi + 1)
+            return self._direct(positions)
+        self._refresh(hi + 1, positions.device)
+        cis = self.cis_cached[positions] if self.interleaved else None
+        return self.cos_cached[positions], self.sin_cached[positions], cis
 
     def _check_positions(self, positions: object, q: Tensor) -> tuple[Tensor, int]:
         """Validate ``positions`` for ``q``; return them on q's device and their maximum."""
@@ -438,6 +480,8 @@ class RotaryEmbedding(nn.Module):
                 )
         if positions.numel() == 0:
             return positions.to(q.device), -1
+        if is_compiling():
+            return positions.to(q.device), 0  # no host sync: the tables are not used
         hi = int(positions.max())  # check_positions has checked >= 0
         return positions.to(q.device), hi
 
@@ -453,8 +497,8 @@ class RotaryEmbedding(nn.Module):
                 positions, self.inv_freq, interleaved=self.interleaved,
                 attention_factor=self.attention_factor,
             )
-        self._refresh(int(positions.max()) + 1, positions.device)
-        return self.cos_cached[positions], self.sin_cached[positions]
+        cos, sin, _ = self._lookup(positions, 0 if is_compiling() else int(positions.max()))
+        return cos, sin
 
     def _xpos(self, positions: Tensor, centre: int) -> Tensor:
         """xPos scale ``zeta ** ((positions - centre) / scale_base)``, ``[..., L, rd]`` float32."""
@@ -470,6 +514,7 @@ class RotaryEmbedding(nn.Module):
         positions: Tensor | None = None,
         offset: int = 0,
         *,
+        key_positions: Tensor | None = None,
         xpos_centre: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Rotate ``q [..., Hq, L, head_dim]`` and ``k [..., Hk, L, head_dim]``; returns the
@@ -478,16 +523,23 @@ class RotaryEmbedding(nn.Module):
         ``positions`` (``[L]``, or ``[B, L]`` for ``q [B, Hq, L, head_dim]``; non-negative
         integers) or ``offset`` (an int: positions ``offset + arange(L)``), not both. ``Hq`` and
         ``Hk`` may differ (grouped-query attention); only the first ``rotary_dim`` channels
-        rotate. The cos/sin tables are float32 and grow to the largest position. ``xpos_centre``
-        (xPos only): the centre of the scale, ``L // 2`` when None.
+        rotate. ``key_positions`` (``[Lk]`` or ``[B, Lk]``): the keys' own positions, when they
+        are not the queries' (keys gathered from other shards); ``k`` may then have another
+        length. The cos/sin tables are float32 and grow to the largest position (up to
+        ``TABLE_MAX``). ``xpos_centre`` (xPos only): the centre of the scale, ``L // 2`` of the
+        queries when None.
+
+        Under ``torch.compile`` the angles are computed from the positions (no table, no host
+        sync), and ``dynamic`` / ``longrope`` keep the frequencies they have: run one eager call
+        at the target length first if they must switch.
 
         Raises:
             TypeError: ``q`` or ``k`` is not a floating-point tensor, ``positions`` not an
                 integer tensor, ``offset`` or ``xpos_centre`` not an int.
-            ValueError: ``q`` or ``k`` does not end in ``head_dim``; they differ in ``L`` or in a
-                dim other than the head count; ``positions`` has the wrong shape or a negative
-                entry; ``offset`` is negative or given with ``positions``; ``xpos_centre``
-                without xPos.
+            ValueError: ``q`` or ``k`` does not end in ``head_dim``; they differ in ``L`` (without
+                ``key_positions``) or in a dim other than the head count; ``positions`` has the
+                wrong shape, a negative entry or one ``>= 2**24``; ``offset`` is negative or
+                given with ``positions``; ``xpos_centre`` without xPos.
         """
         check_tensor("q", q, floating=True, min_dim=2)
         check_tensor("k", k, floating=True, min_dim=2)
@@ -496,10 +548,11 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(
                 f"q and k must end in head_dim={self.head_dim}, got {tuple(qs)} and {tuple(ks)}"
             )
-        if qs[-2] != ks[-2]:
+        if key_positions is None and qs[-2] != ks[-2]:
             raise ValueError(
                 f"q and k must have the same seq length here, got {qs[-2]} and {ks[-2]}; "
-                "rotate cached keys when they are written, then pass only the new ones"
+                "rotate cached keys when they are written, then pass only the new ones "
+                "(or give key_positions for keys of their own)"
             )
         if len(qs) != len(ks) or qs[:-3] != ks[:-3]:
             raise ValueError(
@@ -512,12 +565,27 @@ class RotaryEmbedding(nn.Module):
             xpos_centre = check_int("xpos_centre", xpos_centre)
             if self.xpos_scale_base is None:
                 raise ValueError("xpos_centre is given but xpos_scale_base is None (xPos is off)")
+        if positions is not None and offset:
+            raise ValueError(
+                f"give positions or offset, not both (got offset={offset} with positions); "
+                "add the offset to the positions"
+            )
         seq = qs[-2]
-        cis = None
+        centre = seq // 2 if xpos_centre is None else xpos_centre
+        if key_positions is not None:
+            if positions is None:
+                positions = torch.arange(offset, offset + seq, device=q.device)  # [Lq]
+            return self._one(q, positions, centre, key=False), self._one(k, key_positions, centre, key=True)
+        if positions is None and is_compiling():
+            positions = torch.arange(offset, offset + seq, device=q.device)  # [L]: no table slices
         if positions is None:
             end = offset + seq
             if seq == 0:  # nothing to rotate; no frequency update
                 return q.clone(), k.clone()
+            if end > TABLE_MAX:
+                positions = torch.arange(offset, end, device=q.device)
+        cis = None
+        if positions is None:
             self._refresh(end, q.device)
             if (  # the decode fast path: slices of the cached tables, fewest kernels
                 self.xpos_scale_base is None
@@ -535,36 +603,48 @@ class RotaryEmbedding(nn.Module):
             cos, sin = self.cos_cached[offset:end], self.sin_cached[offset:end]  # [L, rd] views
             if self.interleaved:
                 cis = self.cis_cached[offset:end]  # [L, rd/2]
+            pos_for_xpos: Tensor | None = None
         else:
-            if offset:
-                raise ValueError(
-                    f"give positions or offset, not both (got offset={offset} with positions); "
-                    "add the offset to the positions"
-                )
             positions, hi = self._check_positions(positions, q)
             if hi < 0:
                 return q.clone(), k.clone()
-            self._refresh(hi + 1, q.device)
-            cos, sin = self.cos_cached[positions], self.sin_cached[positions]  # [..., L, rd]
-            if self.interleaved:
-                cis = self.cis_cached[positions]
+            cos, sin, cis = self._lookup(positions, hi)  # [..., L, rd]
             if cos.dim() == 3 and q.dim() == 4:
                 cos, sin = cos[:, None], sin[:, None]  # [B, 1, L, rd]: broadcast over heads
                 cis = None if cis is None else cis[:, None]
+            pos_for_xpos = positions
         if self.xpos_scale_base is None:
             return (
                 _rope(q, cos, sin, self.interleaved, cis),
                 _rope(k, cos, sin, self.interleaved, cis),
             )
-        if positions is None:
-            positions = torch.arange(offset, offset + seq, device=q.device)  # [L]
-        scale = self._xpos(positions, seq // 2 if xpos_centre is None else xpos_centre)
+        if pos_for_xpos is None:
+            pos_for_xpos = torch.arange(offset, offset + seq, device=q.device)  # [L]
+        scale = self._xpos(pos_for_xpos, centre)
         if scale.dim() == 3 and q.dim() == 4:
             scale = scale[:, None]  # [B, 1, L, rd]
         return (
             _rope(q, cos * scale, sin * scale, self.interleaved),
             _rope(k, cos / scale, sin / scale, self.interleaved),
         )
+
+    def _one(self, x: Tensor, positions: Tensor, centre: int, *, key: bool) -> Tensor:
+        """Rotate one of q / k by its own ``positions`` (xPos: keys divide by the scale)."""
+        positions, hi = self._check_positions(positions, x)
+        if hi < 0:
+            return x.clone()
+        cos, sin, cis = self._lookup(positions, hi)  # [..., L, rd]
+        if cos.dim() == 3 and x.dim() == 4:
+            cos, sin = cos[:, None], sin[:, None]  # [B, 1, L, rd]
+            cis = None if cis is None else cis[:, None]
+        if self.xpos_scale_base is None:
+            return _rope(x, cos, sin, self.interleaved, cis)
+        scale = self._xpos(positions, centre)
+        if scale.dim() == 3 and x.dim() == 4:
+            scale = scale[:, None]
+        if key:
+            return _rope(x, cos / scale, sin / scale, self.interleaved)
+        return _rope(x, cos * scale, sin * scale, self.interleaved)
 
     def extra_repr(self) -> str:
         xpos = "" if self.xpos_scale_base is None else f", xpos_scale_base={self.xpos_scale_base}"

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_dtype, check_int, check_tensor
+from ._checks import check_dtype, check_int, check_tensor, is_compiling
 from .alibi import _check_bool, _check_lengths, _distance, alibi_bias, alibi_score_mod, alibi_slopes
 from .learned import LearnedPositionalEmbedding
 from .rope import RotaryEmbedding
@@ -70,11 +70,28 @@ class PositionScheme(nn.Module):
         check_tensor("x", x, floating=True)
         return x
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """``q, k [B, H, L, Dh]`` of the new tokens at ``positions`` -> rotated ``q, k``."""
+    def rotate(
+        self, q: Tensor, k: Tensor, positions: Tensor, key_positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``q [B, H, Lq, Dh]`` at ``positions`` and ``k [B, H_kv, Lk, Dh]`` at ``key_positions``
+        (default: ``positions``, then ``Lk == Lq``) -> rotated ``q, k``."""
         check_tensor("q", q, floating=True)
         check_tensor("k", k, floating=True)
         return q, k
+
+    @property
+    def has_bias(self) -> bool:
+        """True when the scheme adds a logit bias (it overrides ``bias``)."""
+        return type(self).bias is not PositionScheme.bias
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Tensor | None:
+        """The bias from positions: ``q_pos [B, Lq]``, ``k_pos [B, Lk]`` -> ``[B, H, Lq, Lk]``
+        float32 (``None`` without a bias). Masking is the caller's job."""
+        return None
+
+    def position_score_mod(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Callable | None:
+        """``position_bias`` as a FlexAttention ``score_mod`` (positions ``[B, L]``)."""
+        return None
 
     def bias(self, q_len: int, k_len: int, *, causal: bool = True) -> Tensor | None:
         """Additive logit bias ``[H, q_len, k_len]`` (queries are the last ``q_len`` keys)."""
@@ -150,19 +167,30 @@ class RoPE(PositionScheme):
         _check_kwargs("RoPE", RotaryEmbedding, kwargs)
         self.rotary = RotaryEmbedding(head_dim, **kwargs)
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        return self.rotary(q, k, positions=positions)
+    def rotate(
+        self, q: Tensor, k: Tensor, positions: Tensor, key_positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        if key_positions is None or key_positions is positions:
+            return self.rotary(q, k, positions=positions)
+        return self.rotary(q, k, positions=positions, key_positions=key_positions)
+
+
+MASK_CACHE_BYTES = 256 << 20
+"""The largest bias mask a scheme keeps between calls (default 256 MiB: 8 heads at L = 2896 in
+float32). A longer pass builds its mask per call and frees it; for long sequences the ``flex``
+backend never builds one at all. Set it to 0 to cache nothing."""
 
 
 class _CachedMask(PositionScheme):
     """A bias that depends on ``j - i`` only: one ``[1, H, S, S]`` mask, built for the longest
     full pass seen, serves every ``(q_len, k_len)`` with ``k_len <= S`` as a slice (the KV-cache
     rows are its last rows). It is rebuilt when ``dtype``, ``device``, ``causal`` or the
-    parameters change, and never kept while it would carry a gradient. It costs
-    ``H * S * S`` elements (32 MiB for 8 heads at S = 1024 in float32); ``clear_cache()``
-    frees it."""
+    parameters change, and never kept while it would carry a gradient or while compiling. It
+    costs ``H * S * S`` elements (32 MiB for 8 heads at S = 1024 in float32) and is kept only
+    under ``MASK_CACHE_BYTES`` (or the scheme's ``cache_bytes``); ``clear_cache()`` frees it."""
 
     _mask: tuple[tuple, Tensor] | None = None
+    cache_bytes: int | None = None  # per-scheme override of posenc.schemes.MASK_CACHE_BYTES
 
     def clear_cache(self) -> None:
         """Drop the cached mask (it is rebuilt on the next call)."""
@@ -187,13 +215,16 @@ class _CachedMask(PositionScheme):
         causal = _check_bool("causal", causal)
         dtype = check_dtype("dtype", dtype) or torch.float32
         device = torch.device(device) if device is not None else self._device()
-        if any(p.requires_grad for p in self.parameters()) and torch.is_grad_enabled():
+        if is_compiling() or (
+            any(p.requires_grad for p in self.parameters()) and torch.is_grad_enabled()
+        ):
             return self._build(q_len, k_len, causal, device).to(dtype)[None]  # not cached
         key = (bool(causal), dtype, device, torch.is_inference_mode_enabled(), self._params_version())
         if self._mask is not None and self._mask[0] == key and self._mask[1].shape[-1] >= k_len:
             return self._mask[1][:, :, k_len - q_len : k_len, :k_len]  # [1, H, Lq, Lk]
         mask = self._build(q_len, k_len, causal, device).to(dtype)[None]  # [1, H, Lq, Lk]
-        if q_len == k_len:
+        budget = MASK_CACHE_BYTES if self.cache_bytes is None else self.cache_bytes
+        if q_len == k_len and mask.numel() * mask.element_size() <= budget:
             self._mask = (key, mask)
         return mask
 
@@ -232,6 +263,21 @@ class ALiBi(_CachedMask):
     def score_mod(self, q_offset: int) -> Callable:
         return alibi_score_mod(self.slopes, q_offset=q_offset)
 
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Tensor:
+        rel = (q_pos[:, :, None] - k_pos[:, None, :]).to(torch.float32)  # [B, Lq, Lk]  m - n
+        if not causal:
+            rel = rel.abs()
+        return -self.slopes.to(torch.float32)[None, :, None, None] * rel[:, None]  # [B, H, Lq, Lk]
+
+    def position_score_mod(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Callable:
+        slopes = self.slopes.to(torch.float32)
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            rel = (q_pos[b, q_idx] - k_pos[b, kv_idx]).to(torch.float32)  # m - n
+            return score - slopes[h] * (rel if causal else rel.abs())
+
+        return score_mod
+
 
 class T5Bias(_CachedMask):
     """Raffel et al. (2020): a learned scalar per head and log-spaced distance bucket.
@@ -258,6 +304,27 @@ class T5Bias(_CachedMask):
     def _params_version(self) -> tuple:
         w = self.rel.embedding.weight
         return (w.data_ptr(), w._version)
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Tensor:
+        rel = self.rel
+        buckets = t5_relative_bucket(
+            k_pos[:, None, :] - q_pos[:, :, None], bidirectional=rel.bidirectional,
+            num_buckets=rel.num_buckets, max_distance=rel.max_distance,
+        )  # [B, Lq, Lk]
+        return rel.embedding(buckets).permute(0, 3, 1, 2).to(torch.float32)  # [B, H, Lq, Lk]
+
+    def position_score_mod(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Callable:
+        rel = self.rel
+        table = rel.embedding.weight.to(torch.float32)  # [NB, H]
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            bucket = t5_relative_bucket(
+                k_pos[b, kv_idx] - q_pos[b, q_idx], bidirectional=rel.bidirectional,
+                num_buckets=rel.num_buckets, max_distance=rel.max_distance,
+            )
+            return score + table[bucket, h]
+
+        return score_mod
 
     def _build(self, q_len: int, k_len: int, causal: bool, device: torch.device) -> Tensor:
         rel = self.rel
