@@ -42,7 +42,7 @@ from .train import TrainedModel, cpu_threads, make_optimizer, resolve_device, un
 FORMAT_VERSION = 1  # bump when a change makes cached fine-tuned weights stale
 
 YARN_REFERENCE_LEN = 4096
-"""The training length YaRN's default betas were chosen for (Llama 2, Peng et al., 2023)."""
+"""The training length YaRN's default betas were chosen for (Llama 2; Peng et al., 2024, "YaRN")."""
 
 
 # ------------------------------------------------------------------------- configs

@@ -21,7 +21,7 @@ LABELS = {
             "llama3": "Llama 3",
             "longrope": "LongRoPE (made-up ρ)",
         },
-        "wavelength": "wavelength λ_i",
+        "wavelength": "wavelength ℓ_i",
         "ratio": "θ'_i / θ_i",
         "method": {  # legends and panel titles, per method name of the chapter
             "none": "none",
@@ -60,7 +60,7 @@ LABELS = {
             "llama3": "Llama 3",
             "longrope": "LongRoPE（虚构的 ρ）",
         },
-        "wavelength": "波长 λ_i",
+        "wavelength": "波长 ℓ_i",
         "ratio": "θ'_i / θ_i",
         "method": {
             "none": "不缩放",
