@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 FORMAT_VERSION = 1  # bump when a change to posenc makes cached weights stale
+FINE_TUNE_FORMAT_VERSION = 1  # bump when a change makes cached fine-tuned weights stale
 
 _cache_dir: Path | None = None
 

@@ -1,16 +1,26 @@
-"""What determines a trained model of the lab: :class:`TrainConfig` and the chapter's "full" setting."""
+"""What determines a trained model of the lab: :class:`TrainConfig`, the chapter's "full" setting,
+and what fine-tuning shares with training and evaluation (:class:`FineTuneConfig`,
+:func:`fingerprint`).
+
+The lab's modules import one way: ``cache`` <- ``config`` <- ``train`` <- ``evaluate`` <-
+``long_context`` and ``experiment``; what several of them need lives here or in ``cache``.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 from .._checks import check_float, check_int
-from ..schemes import SCHEMES
-from .cache import FORMAT_VERSION, cache_dir
-from .model import ModelConfig, check_layer_schemes, scheme_kwargs
+from ..schemes import SCHEMES, RoPE
+from .cache import FINE_TUNE_FORMAT_VERSION, FORMAT_VERSION, cache_dir
+from .model import ModelConfig, TransformerLM, check_layer_schemes, scheme_kwargs
 
 
 @dataclass(frozen=True)
@@ -126,3 +136,65 @@ def full_config(scheme: str = "alibi", *, seed: int = 0, **overrides) -> TrainCo
         raise TypeError(f"full_config got unknown keyword arguments {unknown}; allowed: TrainConfig's fields")
     base = {"dim": 128, "num_layers": 3, "num_heads": 8, "steps": 2000, "lr": 5e-3, "warmup": 150}
     return TrainConfig(scheme=scheme, seed=seed, **{**base, **overrides})
+
+
+# ------------------------------------------------- shared with fine-tuning and evaluation
+
+
+def rope_modules(model: torch.nn.Module) -> list[RoPE]:
+    """The distinct RoPE schemes inside ``model`` (a TransformerLM shares one across blocks)."""
+    seen, out = set(), []
+    for m in model.modules():
+        if isinstance(m, RoPE) and id(m) not in seen:
+            seen.add(id(m))
+            out.append(m)
+    return out
+
+
+@dataclass(frozen=True)
+class FineTuneConfig:
+    """What :func:`fine_tune` did: the task, the sequence length, steps, batch and schedule."""
+
+    task: str
+    length: int
+    steps: int
+    batch_size: int
+    lr: float
+    warmup: int
+    min_lr_ratio: float
+    weight_decay: float
+    grad_clip: float
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.task not in ("lm", "passkey"):
+            raise ValueError(f"task must be 'lm' or 'passkey', got {self.task!r}")
+        for name in ("length", "steps", "batch_size"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("warmup", self.warmup, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        check_float("lr", self.lr, positive=True)
+
+    def lr_at(self, step: int) -> float:
+        """Linear warm-up, then cosine to ``lr * min_lr_ratio`` (as :func:`posenc.lab.train.lr_at`)."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        t = min(1.0, (step - self.warmup) / max(1, self.steps - self.warmup))
+        lo = self.lr * self.min_lr_ratio
+        return lo + 0.5 * (self.lr - lo) * (1 + math.cos(math.pi * t))
+
+
+def fingerprint(model: TransformerLM) -> str:
+    """SHA-256 of the weights, the model config and every RoPE scaling inside the model."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        buf = io.BytesIO()
+        torch.save(t.detach().cpu().contiguous(), buf)
+        h.update(name.encode() + b"\0" + hashlib.sha256(buf.getvalue()).digest())
+    meta = {
+        "model": model.config.to_dict(),
+        "rope": [r.rotary.scaling for r in rope_modules(model)],
+        "format_version": FINE_TUNE_FORMAT_VERSION,
+    }
+    h.update(json.dumps(meta, sort_keys=True, default=str).encode())
+    return h.hexdigest()

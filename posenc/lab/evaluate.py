@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .._checks import check_float, check_int
 from .cache import FORMAT_VERSION, atomic_save, cache_dir
-from .config import TrainConfig
+from .config import TrainConfig, fingerprint
 from .data import Corpus, eval_chunks, passkey_batch
 from .train import TrainedModel, cpu_threads, unwrap
 
@@ -103,8 +103,6 @@ def evaluate(
     device = next(net.parameters()).device
     path = None
     if cache:
-        from .long_context import fingerprint
-
         what = {"model": fingerprint(net), "data": _sha256(data), "lengths": lengths,
                 "train_len": train_len, "num_tokens": num_tokens, "batch_tokens": batch_tokens,
                 "format_version": FORMAT_VERSION}  # fmt: skip

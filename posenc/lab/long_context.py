@@ -16,13 +16,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import inspect
-import io
 import json
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
@@ -32,14 +30,13 @@ from torch import Tensor
 from .._checks import check_float, check_int
 from ..rope import RotaryEmbedding
 from ..rope_scaling import ROPE_TYPES
-from ..schemes import RoPE
+from .cache import FINE_TUNE_FORMAT_VERSION as FORMAT_VERSION
 from .cache import atomic_save, cache_dir, locked, set_cache_dir
+from .config import FineTuneConfig, fingerprint, rope_modules
 from .data import Corpus, load_corpus, passkey_batch, passkey_min_length, random_windows
 from .evaluate import passkey_accuracy
 from .model import TransformerLM
 from .train import TrainedModel, cpu_threads, make_optimizer, resolve_device, unwrap
-
-FORMAT_VERSION = 1  # bump when a change makes cached fine-tuned weights stale
 
 YARN_REFERENCE_LEN = 4096
 """The training length YaRN's default betas were chosen for (Llama 2; Peng et al., 2024, "YaRN")."""
@@ -114,16 +111,6 @@ def yarn_betas(
 # --------------------------------------------------------------------- zero shot
 
 
-def rope_modules(model: torch.nn.Module) -> list[RoPE]:
-    """The distinct RoPE schemes inside ``model`` (a TransformerLM shares one across blocks)."""
-    seen, out = set(), []
-    for m in model.modules():
-        if isinstance(m, RoPE) and id(m) not in seen:
-            seen.add(id(m))
-            out.append(m)
-    return out
-
-
 def with_rope_scaling(model: TrainedModel | TransformerLM, scaling: Mapping | None):
     """A copy of ``model`` whose RoPE uses ``scaling`` (a ``rope_parameters`` dict, or ``None``
     for the plain frequencies); the weights are copied, ``model`` is not changed.
@@ -152,55 +139,6 @@ def with_rope_scaling(model: TrainedModel | TransformerLM, scaling: Mapping | No
 
 
 # --------------------------------------------------------------------- fine-tuning
-
-
-@dataclass(frozen=True)
-class FineTuneConfig:
-    """What :func:`fine_tune` did: the task, the sequence length, steps, batch and schedule."""
-
-    task: str
-    length: int
-    steps: int
-    batch_size: int
-    lr: float
-    warmup: int
-    min_lr_ratio: float
-    weight_decay: float
-    grad_clip: float
-    seed: int
-
-    def __post_init__(self) -> None:
-        if self.task not in ("lm", "passkey"):
-            raise ValueError(f"task must be 'lm' or 'passkey', got {self.task!r}")
-        for name in ("length", "steps", "batch_size"):
-            check_int(name, getattr(self, name), minimum=1)
-        check_int("warmup", self.warmup, minimum=0)
-        check_int("seed", self.seed, minimum=0)
-        check_float("lr", self.lr, positive=True)
-
-    def lr_at(self, step: int) -> float:
-        """Linear warm-up, then cosine to ``lr * min_lr_ratio`` (as :func:`posenc.lab.train.lr_at`)."""
-        if step < self.warmup:
-            return self.lr * (step + 1) / self.warmup
-        t = min(1.0, (step - self.warmup) / max(1, self.steps - self.warmup))
-        lo = self.lr * self.min_lr_ratio
-        return lo + 0.5 * (self.lr - lo) * (1 + math.cos(math.pi * t))
-
-
-def fingerprint(model: TransformerLM) -> str:
-    """SHA-256 of the weights, the model config and every RoPE scaling inside the model."""
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        buf = io.BytesIO()
-        torch.save(t.detach().cpu().contiguous(), buf)
-        h.update(name.encode() + b"\0" + hashlib.sha256(buf.getvalue()).digest())
-    meta = {
-        "model": model.config.to_dict(),
-        "rope": [r.rotary.scaling for r in rope_modules(model)],
-        "format_version": FORMAT_VERSION,
-    }
-    h.update(json.dumps(meta, sort_keys=True, default=str).encode())
-    return h.hexdigest()
 
 
 def _loss(model: TransformerLM, cfg: FineTuneConfig, step: int, data: Tensor | None,

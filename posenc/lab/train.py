@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -22,12 +21,9 @@ import torch.nn.functional as F
 from .._checks import check_int
 from ..device import default_device
 from .cache import FORMAT_VERSION, atomic_save, locked
-from .config import TrainConfig
+from .config import FineTuneConfig, TrainConfig
 from .data import Corpus, load_corpus, random_windows
 from .model import TransformerLM
-
-if TYPE_CHECKING:
-    from .long_context import FineTuneConfig
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,7 +31,7 @@ class TrainedModel:
     """What :func:`train_model` and :func:`~posenc.lab.long_context.fine_tune` return.
 
     ``model``: the network, in eval mode; ``config``: the :class:`~posenc.lab.config.TrainConfig` (or
-    :class:`~posenc.lab.long_context.FineTuneConfig`) it was trained with; ``train_len``: the sequence length
+    :class:`~posenc.lab.config.FineTuneConfig`) it was trained with; ``train_len``: the sequence length
     it last trained on (the fine-tuning length for a fine-tuned model); ``history``: the training
     loss at every step (nats per byte); ``train_seconds``: training time (of the run that filled
     the cache, when loaded); ``from_cache``: whether the weights came from the cache.
@@ -92,7 +88,7 @@ def lr_at(step: int, config: TrainConfig) -> float:
 def make_optimizer(model: TransformerLM, config: TrainConfig | FineTuneConfig) -> torch.optim.Optimizer:
     """AdamW (betas 0.9, 0.95) at ``config.lr`` with ``config.weight_decay`` on the blocks'
     matrices only; used for training (:class:`~posenc.lab.config.TrainConfig`) and fine-tuning
-    (:class:`~posenc.lab.long_context.FineTuneConfig`) alike."""
+    (:class:`~posenc.lab.config.FineTuneConfig`) alike."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     decay: list[torch.nn.Parameter] = []

@@ -1,0 +1,101 @@
+"""The lab's modules import one way: no import cycle, and each imports alone in a fresh interpreter.
+
+train.py, long_context.py and evaluate.py once imported each other (train <-> long_context <->
+evaluate); what they share now lives in posenc/lab/config.py and cache.py. The graph below counts
+every import of a lab module, at module level, inside a function or under ``TYPE_CHECKING`` alike:
+a lazy import is still a cycle, only hidden.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LAB = Path(__file__).resolve().parent.parent / "posenc" / "lab"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(LAB.parent.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(LAB.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The lab modules that ``name`` imports (resolved, ``from . import x`` included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            found.update(f"{mod}.{alias.name}" for alias in node.names)  # submodules
+    # a module's own package __init__ is imported first anyway: not an edge of the cycle check
+    return {m for m in found if m in MODULES and m != name and not name.startswith(m + ".")}
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycle() -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(GRAPH):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_graph_sees_the_imports():
+    # the walk resolves relative imports: the known edges are there
+    assert "posenc.lab.config" in GRAPH["posenc.lab.train"]
+    assert {"posenc.lab.train", "posenc.lab.evaluate"} <= GRAPH["posenc.lab.long_context"]
+    assert "posenc.lab.config" in GRAPH["posenc.lab.evaluate"]
+
+
+def test_no_import_cycle_in_the_lab():
+    cycle = _cycle()
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_check_finds_a_cycle():
+    GRAPH["posenc.lab.cache"].add("posenc.lab.train")  # train -> config -> cache -> train
+    try:
+        assert _cycle() is not None
+    finally:
+        GRAPH["posenc.lab.cache"].discard("posenc.lab.train")
+
+
+@pytest.mark.parametrize("name", ["posenc.lab.cache", "posenc.lab.config", "posenc.lab.train",
+                                  "posenc.lab.evaluate", "posenc.lab.long_context",
+                                  "posenc.lab.experiment"])
+def test_each_module_imports_alone(name):
+    # a fresh interpreter, this module first: what a cycle breaks is the import order
+    done = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
