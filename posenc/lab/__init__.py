@@ -1,10 +1,24 @@
 """posenc.lab: the book's laboratory -- a tiny byte-level language model, its corpus, training,
 evaluation, the extrapolation and long-context experiments, the command line and the figure style.
 
-Not needed to use positional encodings: ``import posenc`` never imports this package.
+Not needed to use positional encodings: ``import posenc`` never imports this package. Its own
+needs are the ``lab`` extra (``pip install 'posenc[lab]'``: tqdm, filelock, platformdirs), its
+figures the ``plot`` extra (matplotlib, imported only when a figure is drawn).
 """
 
-from . import plot
+import importlib.util as _util
+
+_LAB_NEEDS = ("tqdm", "filelock", "platformdirs")  # pyproject.toml's `lab` extra
+_missing = [name for name in _LAB_NEEDS if _util.find_spec(name) is None]
+if _missing:
+    raise ImportError(
+        f"posenc.lab needs {', '.join(_missing)}, which {'is' if len(_missing) == 1 else 'are'} not "
+        "installed: pip install 'posenc[lab]' (and 'posenc[lab,plot]' for the figures)",
+        name=_missing[0],
+    )
+del _util, _missing
+
+from . import plot  # noqa: E402
 from .cache import cache_dir, set_cache_dir
 from .config import TrainConfig
 from .data import Corpus, load_corpus, make_passkey
