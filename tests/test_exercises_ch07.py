@@ -41,3 +41,16 @@ def test_rejects_wrong_shape_and_type(capsys):
     assert "shape" in capsys.readouterr().out
     assert not check_yarn_inv_freq(lambda *a: yarn_variant(*a).tolist())
     assert "torch.Tensor" in capsys.readouterr().out
+
+
+def test_answers_in_chinese(capsys):
+    assert check_yarn_inv_freq(yarn_variant, lang="zh")
+    assert capsys.readouterr().out.startswith("✓ 你的频率与 posenc 的 YaRN 相等")
+    assert not check_yarn_inv_freq(lambda *a: yarn_variant(*a, mistake="swapped"), lang="zh")
+    out = capsys.readouterr().out
+    assert "斜坡方向反了" in out and HINTS["swapped"] not in out, out
+
+
+def test_a_bad_lang_raises():
+    with pytest.raises(ValueError, match="lang"):
+        check_yarn_inv_freq(yarn_variant, lang="ZH")

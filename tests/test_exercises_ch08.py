@@ -43,3 +43,18 @@ def test_stub_and_wrong_type(capsys):
     assert "not implemented yet" in capsys.readouterr().out
     assert not check_digit_accuracy(lambda lg, t: "0.5")
     assert "return a float" in capsys.readouterr().out
+
+
+def test_answers_in_chinese(capsys):
+    assert check_digit_accuracy(digit_accuracy_variant, lang="zh")
+    assert capsys.readouterr().out.startswith("✓ 在所有试过的批次上")
+    assert not check_digit_accuracy(
+        lambda lg, t: digit_accuracy_variant(lg, t, mistake="whole_key"), lang="zh"
+    )
+    out = capsys.readouterr().out
+    assert "五位数字全对" in out and "个 110 字节的序列" in out and HINTS["whole_key"] not in out
+
+
+def test_a_bad_lang_raises():
+    with pytest.raises(ValueError, match="lang"):
+        check_digit_accuracy(digit_accuracy_variant, lang="fr")

@@ -69,3 +69,22 @@ def test_text_resumes(capsys):
     assert not check_text_resumes(10)
     assert "max(h, w)" in capsys.readouterr().out
     assert not check_text_resumes("7")
+
+
+def test_answers_in_chinese(capsys):
+    assert check_axial(right, lang="zh")
+    assert capsys.readouterr().out.startswith("✓ 在所有试过的网格上")
+    assert not check_axial(swapped, lang="zh")
+    out = capsys.readouterr().out
+    assert "行和列对调了" in out and "swapped" not in out, out
+    assert not check_text_resumes(10, lang="zh")
+    assert "只前进 max(h, w)" in capsys.readouterr().out
+
+
+def test_a_bad_lang_raises():
+    import pytest
+
+    with pytest.raises(ValueError, match="lang"):
+        check_axial(right, lang="ZH")
+    with pytest.raises(ValueError, match="lang"):
+        check_text_resumes(7, lang="")

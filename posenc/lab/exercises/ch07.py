@@ -17,9 +17,9 @@ from torch import Tensor
 
 import posenc
 
-from . import attempt, compare, verdict
+from . import attempt, check_lang, compare, say, verdict
 
-__all__ = ["check_yarn_inv_freq", "yarn_variant"]
+__all__ = ["check_yarn_inv_freq", "yarn_variant", "HINTS", "HINTS_ZH"]
 
 SETTINGS = [  # (head_dim, base, factor, original_len, beta_fast, beta_slow)
     (128, 10000.0, 8.0, 4096, 32.0, 1.0),
@@ -75,19 +75,34 @@ HINTS = {
 }
 
 
-def check_yarn_inv_freq(fn: Callable[..., Tensor]) -> bool:
+HINTS_ZH = {
+    "swapped": "斜坡方向反了：beta_fast（圈数多）标出斜坡起点的小序号，beta_slow 标出斜坡终点的大序号",
+    "reversed": "混合的方向反了：快的维度对（序号小）保持 theta_i，慢的维度对（序号大）取 theta_i / s",
+    "no_rounding": "斜坡的两端要向外取整：floor(i(beta_fast)) 和 ceil(i(beta_slow))",
+    "channels": "i(beta) 数的是维度对，不是维度：(d / 2) ln(L / (2 pi beta)) / ln(base)，你的结果大了一倍",
+    "from_one": "差了一位：维度对从 0 开始编号，维度对 0 最快",
+    "no_clamp": "把斜坡的起点截断到维度对 0（上下文很短时 i(beta_fast) 是负数）",
+    "turns": "你的斜坡在圈数 L / lambda_i 上线性变化（论文的公式）；posenc、Hugging Face 和已发布的"
+             "检查点都在维度对序号上线性变化",
+}
+
+
+def check_yarn_inv_freq(fn: Callable[..., Tensor], *, lang: str = "en") -> bool:
     """Check ``fn(head_dim, base, factor, original_len, beta_fast, beta_slow) -> [head_dim // 2]``,
-    YaRN's new inverse frequencies (no temperature), against :func:`posenc.rope_inv_freq`."""
+    YaRN's new inverse frequencies (no attention factor), against :func:`posenc.rope_inv_freq`;
+    the verdict and hints in ``lang`` (``"en"`` or ``"zh"``)."""
+    check_lang(lang)
+    sep = say(lang, en=": ", zh="：")
     for setting in SETTINGS:
         d, base, factor, L, bf, bs = setting
         cfg = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": L,
                "beta_fast": bf, "beta_slow": bs}
         want, _ = posenc.rope_inv_freq(d, base=base, scaling=cfg)  # [d/2]
         name = f"head_dim={d}, base={base:g}, factor={factor:g}, L={L}, betas=({bf:g}, {bs:g})"
-        got, error = attempt(fn, *setting)
+        got, error = attempt(fn, *setting, lang=lang)
         if error:
-            return verdict(False, f"{name}: {error}")
-        problem = compare(got, want, what="inv_freq", atol=1e-7, rtol=1e-5)
+            return verdict(False, f"{name}{sep}{error}")
+        problem = compare(got, want, what="inv_freq", atol=1e-7, rtol=1e-5, lang=lang)
         if problem is None:
             continue
         if isinstance(got, Tensor) and got.shape == want.shape:
@@ -96,6 +111,7 @@ def check_yarn_inv_freq(fn: Callable[..., Tensor]) -> bool:
                 wrong = yarn_variant(*setting, mistake=mistake)
                 if not torch.allclose(wrong, want) and torch.allclose(got, wrong, rtol=1e-5,
                                                                       atol=1e-7):
-                    return verdict(False, f"{name}: {hint}")
-        return verdict(False, f"{name}: {problem}")
-    return verdict(True, "your frequencies equal posenc's YaRN, tiny context included")
+                    return verdict(False, f"{name}{sep}{say(lang, en=hint, zh=HINTS_ZH[mistake])}")
+        return verdict(False, f"{name}{sep}{problem}")
+    return verdict(True, say(lang, en="your frequencies equal posenc's YaRN, tiny context included",
+                             zh="你的频率与 posenc 的 YaRN 相等，包括很短的上下文"))

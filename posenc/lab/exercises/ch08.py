@@ -15,9 +15,9 @@ import torch
 from torch import Tensor
 
 from ..data import passkey_batch
-from . import attempt, verdict
+from . import attempt, check_lang, say, verdict
 
-__all__ = ["check_digit_accuracy", "digit_accuracy_variant"]
+__all__ = ["check_digit_accuracy", "digit_accuracy_variant", "HINTS", "HINTS_ZH"]
 
 CASES = [(4, 110, 0), (6, 128, 1), (3, 200, 2)]  # (batch, length, seed)
 
@@ -45,6 +45,14 @@ HINTS = {
     "every_byte": "you scored every byte of the sequence; only the five key digits count",
 }
 
+_OFF_BY_ONE_ZH = ("logits 和密钥错开了一个位置：logits[:, j] 预测 tokens[:, j + 1]，所以密钥 "
+                  "tokens[:, -5:] 由 logits[:, -5:] 预测")
+HINTS_ZH = {
+    "early": _OFF_BY_ONE_ZH,
+    "late": _OFF_BY_ONE_ZH,
+    "whole_key": "你只在五位数字全对时才算这个密钥对；分数是按每一位数字算的",
+    "every_byte": "你给序列的每个字节都打了分；只有密钥的五位数字才算",
+}
 
 def _logits(tokens: Tensor, seed: int) -> Tensor:
     """Random logits ``[B, n - 1, 256]`` that get about half of all next bytes right."""
@@ -58,25 +66,33 @@ def _logits(tokens: Tensor, seed: int) -> Tensor:
     return logits
 
 
-def check_digit_accuracy(fn: Callable[[Tensor, Tensor], float]) -> bool:
-    """Check ``fn(logits, tokens) -> float``, the share of passkey digits predicted right."""
+def check_digit_accuracy(fn: Callable[[Tensor, Tensor], float], *, lang: str = "en") -> bool:
+    """Check ``fn(logits, tokens) -> float``, the share of passkey digits predicted right; the
+    verdict and hints in ``lang`` (``"en"`` or ``"zh"``)."""
+    check_lang(lang)
+    sep = say(lang, en=": ", zh="：")
     for batch, length, seed in CASES:
         tokens, _, _ = passkey_batch(batch, length, seed=seed)  # [B, n]
         logits = _logits(tokens, seed)
         want = digit_accuracy_variant(logits, tokens)
-        name = f"{batch} sequences of {length} bytes"
-        got, error = attempt(fn, logits.clone(), tokens.clone())
+        name = say(lang, en=f"{batch} sequences of {length} bytes",
+                   zh=f"{batch} 个 {length} 字节的序列")
+        got, error = attempt(fn, logits.clone(), tokens.clone(), lang=lang)
         if error:
-            return verdict(False, f"{name}: {error}")
+            return verdict(False, f"{name}{sep}{error}")
         if isinstance(got, Tensor) and got.numel() == 1:
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, int | float):
-            return verdict(False, f"{name}: return a float in [0, 1], got {type(got).__name__}")
+            kind = type(got).__name__
+            return verdict(False, name + sep + say(lang, en=f"return a float in [0, 1], got {kind}",
+                                                   zh=f"应返回 [0, 1] 中的浮点数，得到的是 {kind}"))
         if abs(got - want) < 1e-6:
             continue
         for mistake, hint in HINTS.items():
             wrong = digit_accuracy_variant(logits, tokens, mistake=mistake)
             if abs(wrong - want) > 1e-6 and abs(got - wrong) < 1e-6:
-                return verdict(False, f"{name}: {hint}")
-        return verdict(False, f"{name}: got {got:.4f}, expected {want:.4f}")
-    return verdict(True, "your score equals the lab's passkey accuracy on every batch tried")
+                return verdict(False, name + sep + say(lang, en=hint, zh=HINTS_ZH[mistake]))
+        return verdict(False, name + sep + say(lang, en=f"got {got:.4f}, expected {want:.4f}",
+                                               zh=f"得到 {got:.4f}，应为 {want:.4f}"))
+    return verdict(True, say(lang, en="your score equals the lab's passkey accuracy on every batch tried",
+                             zh="在所有试过的批次上，你的分数都与实验室的密钥准确率相等"))
