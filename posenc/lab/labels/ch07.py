@@ -46,11 +46,11 @@ LABELS = {
             "d=128, base 500,000, L=4096": "d=128，基数 500,000，L=4096",
             "tiny model: d=16, base 10,000, L=64": "小模型：d=16，基数 10,000，L=64",
         },
-        "pair_share": "通道对序号 i / (d/2)（左侧为快的通道对）",
+        "pair_share": "维度对序号 i / (d/2)（左侧为快的维度对）",
         "turns_within_L": "L 内转过的圈数",
         "bytes": "{n} 字节",
         "bytes_training": "{n} 字节（训练长度）",
-        "pair_tiny": "小模型的通道对 i",
+        "pair_tiny": "小模型的维度对 i",
         "largest_angle": "最大角度（圈）",
         "rule_title": {
             "linear": "PI",
