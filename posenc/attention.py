@@ -120,8 +120,9 @@ def _flex_fn() -> Callable | None:
     return _compiled_flex
 
 
-def _flex_usable(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+def _flex_usable(q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme) -> bool:
+    grads = any(t.requires_grad for t in (q, k, v)) or any(p.requires_grad for p in scheme.parameters())
+    needs_grad = torch.is_grad_enabled() and grads
     if needs_grad and q.device.type == "cpu":
         _warn_once("cpu-grad", "FlexAttention has no backward on CPU; using 'sdpa' while training")
         return False
@@ -252,7 +253,10 @@ def attend(
     if key_positions is not None:
         key_positions = _positions_arg("key_positions", key_positions, B, k.shape[-2]).to(q.device)
 
-    q, k = scheme.rotate(q, k, positions, key_positions)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
+    if key_positions is None:  # a scheme written for the 3-argument hook keeps working
+        q, k = scheme.rotate(q, k, positions)  # [B, H, L, Dh], [B, H_kv, L, Dh]
+    else:
+        q, k = scheme.rotate(q, k, positions, key_positions)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
     k_new_pos = positions if key_positions is None else key_positions
     valid: Tensor | None = None
     if cache is not None:
@@ -291,7 +295,7 @@ def attend(
         key_valid=None if key_valid is None else key_valid.expand(B, Lk),
         q_doc=doc, k_doc=None if k_doc is None else k_doc.expand(B, Lk),
     )
-    if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v):
+    if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
         fn = _flex_fn()
         if fn is not None:
             score_mod = scheme.position_score_mod(rule.q_pos, rule.k_pos, causal=causal)
@@ -301,6 +305,13 @@ def attend(
             return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
     allowed = dense_visibility(rule)  # [B, 1, Lq, Lk]
     bias = scheme.position_bias(rule.q_pos, rule.k_pos, causal=causal)  # [B, H, Lq, Lk] or None
+    if bias is None and scheme.has_bias:  # a scheme with an index-only bias(q_len, k_len)
+        if key_positions is not None or (cache is not None and (cache.static or cache.evicted)):
+            raise ValueError(
+                f"scheme {scheme.name!r} defines bias(q_len, k_len) but not position_bias, so it "
+                "cannot follow key_positions, a static cache or an evicting cache"
+            )
+        bias = scheme.bias(Lq, Lk, causal=causal)[None].to(torch.float32)  # [1, H, Lq, Lk]
     if bias is not None and bias.shape[1] not in (1, H):
         raise ValueError(f"scheme {scheme.name!r} has a bias for {bias.shape[1]} heads but q has {H} heads")
     if backend == "math":
@@ -337,7 +348,7 @@ def _attend_fast(
     """No padding, documents, window or moved keys: SDPA's ``is_causal`` or the scheme's cached
     ``[1, H, Lq, Lk]`` bias (queries are the last ``Lq`` keys)."""
     q_len, k_len = q.shape[-2], k.shape[-2]
-    if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v):
+    if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
         score_mod = scheme.score_mod(k_len - q_len)
         if score_mod is None and scheme.has_bias:
             raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")

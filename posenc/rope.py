@@ -235,7 +235,11 @@ def _rope_textbook(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Te
 def _rope(
     x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None = None
 ) -> Tensor:
-    """The rotation without checks: autograd function, textbook form, or no graph at all."""
+    """The rotation without checks: autograd function, textbook form, or no graph at all.
+    While compiling, the textbook form: the compiler fuses it into one kernel (complex
+    arithmetic has no code generation in Inductor) and derives its backward."""
+    if is_compiling():
+        return _rope_textbook(x, cos, sin, interleaved)
     if torch.is_grad_enabled():
         if cos.requires_grad or sin.requires_grad:
             return _rope_textbook(x, cos, sin, interleaved)
@@ -447,7 +451,7 @@ class RotaryEmbedding(nn.Module):
         else:
             full = torch.cat([angles, angles], dim=-1)
         cos, sin = full.cos() * self.attention_factor, full.sin() * self.attention_factor
-        if self.interleaved:
+        if self.interleaved and not is_compiling():
             cis = torch.complex(cos[..., 0::2], sin[..., 0::2])
         return cos, sin, cis
 

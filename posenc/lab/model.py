@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_float, check_int, check_positions, check_tensor
+from .._checks import check_float, check_int, check_positions, check_tensor, is_compiling
 from ..attention import KVCache, MultiHeadAttention
 from ..schemes import SCHEMES, PositionScheme, RoPE, make_scheme
 from ..temperature import llama4_attn_scale
@@ -42,7 +42,9 @@ class TemperedNoPE(PositionScheme):
         self.floor_scale = check_float("floor_scale", floor_scale, positive=True)
         self.attn_scale = check_float("attn_scale", attn_scale, minimum=0.0)
 
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+    def rotate(
+        self, q: Tensor, k: Tensor, positions: Tensor, key_positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         s = llama4_attn_scale(positions, floor_scale=self.floor_scale, attn_scale=self.attn_scale)
         s = s[:, None] if s.dim() == 1 else s[:, None, :, None]  # [L, 1] or [B, 1, L, 1]
         return (q * s.to(q.device)).to(q.dtype), k
@@ -65,6 +67,11 @@ class ChunkedRoPE(RoPE):
         j = torch.arange(k_len, device=dev) // self.chunk
         out = torch.zeros(1, q_len, k_len, device=dev)  # [1, Lq, Lk]
         return out.masked_fill(i[:, None] != j[None, :], float("-inf"))
+
+    def position_bias(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Tensor:
+        same = (q_pos[:, :, None] // self.chunk) == (k_pos[:, None, :] // self.chunk)  # [B, Lq, Lk]
+        zero = torch.zeros(same.shape, device=same.device)
+        return zero.masked_fill(~same, float("-inf"))[:, None]  # [B, 1, Lq, Lk]
 
     def extra_repr(self) -> str:
         return f"attention_chunk={self.chunk}"
@@ -168,7 +175,7 @@ class Block(nn.Module):
             nn.Linear(d, config.mlp_ratio * d), nn.GELU(), nn.Linear(config.mlp_ratio * d, d)
         )
 
-    def forward(self, x: Tensor, positions: Tensor, cache: KVCache | None) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor | None, cache: KVCache | None) -> Tensor:
         """``x + attn(LN(x))``, then ``+ mlp(LN(.))``: ``x [B, L, dim]`` in, ``[B, L, dim]`` out;
         ``positions`` and ``cache`` go to the attention layer unchanged."""
         x = x + self.attn(self.ln1(x), positions=positions, cache=cache)
@@ -251,7 +258,9 @@ class TransformerLM(nn.Module):
                 f"tokens must be an integer tensor [B, L], got dtype {tokens.dtype}, "
                 f"shape {tuple(tokens.shape)}"
             )
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
+        if not is_compiling() and tokens.numel() and (
+            int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size
+        ):
             raise ValueError(
                 f"tokens must lie in [0, {self.config.vocab_size - 1}] (vocab_size), got values from "
                 f"{int(tokens.min())} to {int(tokens.max())}"
@@ -260,13 +269,15 @@ class TransformerLM(nn.Module):
             raise ValueError(
                 f"caches must hold one KVCache per block ({len(self.blocks)}), got {len(caches)}"
             )
-        offset = len(caches[0]) if caches else 0
+        given = positions  # None: attention keeps its default positions (and cached masks)
         if positions is None:
-            positions = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)  # [L]
+            L = tokens.shape[1]
+            positions = (caches[0].next_positions(L, tokens.device) if caches
+                         else torch.arange(L, device=tokens.device))  # [L]
         check_positions("positions", positions)
         x = self.scheme.embed(self.embed(tokens), positions)  # [B, L, D]
         for i, block in enumerate(self.blocks):
-            x = block(x, positions, caches[i] if caches else None)
+            x = block(x, given, caches[i] if caches else None)
         return self.ln_f(x) @ self.embed.weight.T  # [B, L, vocab]
 
     def loss(self, tokens: Tensor, targets: Tensor, *, reduction: str = "mean") -> Tensor:
