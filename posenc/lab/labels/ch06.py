@@ -64,6 +64,7 @@ LABELS = {
         },
         "linear": {
             "works": "works",
+            "decay": "works, as a decay",
             "every_score": "needs every score",
         },
     },
@@ -129,6 +130,7 @@ LABELS = {
         },
         "linear": {
             "works": "可用",
+            "decay": "可用（作为衰减）",
             "every_score": "需要每个分数",
         },
     },
