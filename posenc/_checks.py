@@ -89,6 +89,22 @@ def check_positions(name: str, value: object) -> Tensor:
     return value
 
 
+MAX_BIAS_ELEMENTS = 1 << 31
+"""The largest dense bias ``alibi_bias`` / ``T5RelativeBias`` build: ``2**31`` elements (8 GiB
+in float32). Longer sequences need a bias computed per score (FlexAttention's ``score_mod``)."""
+
+
+def check_bias_size(owner: str, heads: int, q_len: int, k_len: int) -> None:
+    """Refuse a dense ``[heads, q_len, k_len]`` bias past ``MAX_BIAS_ELEMENTS``, before allocating."""
+    n = heads * q_len * k_len
+    if n > MAX_BIAS_ELEMENTS:
+        raise ValueError(
+            f"{owner}: a dense bias of {heads} x {q_len} x {k_len} = {n:.3g} elements exceeds "
+            f"2**31 ({n * 4 / 2**30:.3g} GiB in float32); use posenc.alibi_score_mod with "
+            "FlexAttention, or posenc.attend(..., backend='flex'), which never build it"
+        )
+
+
 def check_dtype(name: str, value: object) -> torch.dtype | None:
     """Raise unless ``value`` is None or a floating ``torch.dtype``."""
     if value is None:

@@ -14,7 +14,14 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ._checks import check_dtype, check_int, check_positions, check_tensor
+from ._checks import (
+    check_bias_size,
+    check_device,
+    check_dtype,
+    check_int,
+    check_positions,
+    check_tensor,
+)
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -84,6 +91,8 @@ def alibi_bias(
     num_heads = check_int("num_heads", num_heads, minimum=1)
     q_len, k_len = _check_lengths(q_len, k_len)
     dtype = check_dtype("dtype", dtype)
+    device = check_device("device", device, available=True)
+    check_bias_size("alibi_bias", num_heads, q_len, k_len)
     slopes = alibi_slopes(num_heads).to(device)  # [H]
     rel = _distance(q_len, k_len, causal=causal, device=device)  # [Lq, Lk]
     bias = slopes[:, None, None] * rel  # [H, Lq, Lk]; m_h > 0, so -inf stays -inf
@@ -124,6 +133,7 @@ def alibi_bias_padded(
         raise ValueError("attention_mask must hold only 0 and 1")
     k_len = mask.shape[-1]
     q_len, k_len = _check_lengths(k_len if q_len is None else q_len, k_len)
+    check_bias_size("alibi_bias_padded", mask.shape[0] * num_heads, q_len, k_len)
     dtype = check_dtype("dtype", dtype)
     causal = _check_bool("causal", causal)
     if position_ids is None:

@@ -25,7 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_float, check_int, check_positions, check_tensor, is_compiling
+from ._checks import (
+    check_device,
+    check_float,
+    check_int,
+    check_positions,
+    check_tensor,
+    is_compiling,
+)
 from .alibi import _check_bool
 from .cache import KVCache
 from .masks import FLEX_BLOCK, Visibility, block_visibility, dense_visibility
@@ -50,6 +57,7 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None
     may see key ``j``. (SDPA's own ``is_causal`` aligns queries to the *first* keys, which is
     wrong for a KV cache, so it is used only when ``q_len == k_len``.)"""
     q_len, k_len = _check_lengths(q_len, k_len)
+    device = check_device("device", device, available=True)
     i = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # [Lq, 1]
     return torch.arange(k_len, device=device)[None, :] <= i  # [Lq, Lk]
 
@@ -81,6 +89,8 @@ def causal_block_mask(q_len: int, k_len: int, device: torch.device | str | None 
     from torch.nn.attention.flex_attention import BlockMask
 
     q_len, k_len = _check_lengths(q_len, k_len)
+    if not is_compiling():
+        device = check_device("device", device, available=True)
     off, n = k_len - q_len, FLEX_BLOCK
     q_lo = torch.arange(0, q_len, n, device=device) + off  # [Nq] first query position per tile
     q_hi = (q_lo - off + n).clamp(max=q_len) - 1 + off  # [Nq] last query position per tile

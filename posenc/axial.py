@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import check_dtype, check_float, check_int
+from ._checks import check_device, check_dtype, check_float, check_int
 from .rope_scaling import rope_inv_freq
 
 
@@ -41,6 +41,7 @@ def axial_rope_cos_sin(
         )
     base = check_float("base", base, positive=True)
     dtype = check_dtype("dtype", dtype)
+    device = check_device("device", device, available=True)
     inv_freq = rope_inv_freq(head_dim, base=base)[0].to(device)  # [d/2] float32
     rows = torch.arange(height, device=device).repeat_interleave(width)  # [N]
     cols = torch.arange(width, device=device).repeat(height)  # [N]

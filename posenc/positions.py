@@ -20,13 +20,13 @@ from ._checks import check_bool, check_int, check_tensor, is_compiling
 
 
 def _check_mask(name: str, mask: object) -> Tensor:
-    """A ``[B, L]`` mask of 0/1 (or bool): returns it as bool."""
+    """A ``[B, L]`` mask of 0/1 (bool, integer or float, as transformers accepts): as bool."""
     check_tensor(name, mask)
     assert isinstance(mask, Tensor)
     if mask.dim() != 2:
         raise ValueError(f"{name} must have shape [B, L], got shape {tuple(mask.shape)}")
-    if mask.is_floating_point() or mask.is_complex():
-        raise TypeError(f"{name} must be a bool or integer tensor (1 = real token), got dtype {mask.dtype}")
+    if mask.is_complex():
+        raise TypeError(f"{name} must be a bool, integer or float tensor of 0/1, got dtype {mask.dtype}")
     if mask.dtype == torch.bool:
         return mask
     if not is_compiling() and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):

@@ -125,11 +125,14 @@ def _check_rope_args(x: Tensor, cos: Tensor, sin: Tensor) -> int:
             f"cos/sin cover {cos.shape[-2]} positions but x has seq length {x.shape[-2]} "
             f"(x shape {tuple(x.shape)}, cos shape {tuple(cos.shape)})"
         )
-    if cos.dim() not in (2, x.dim()):
+    if cos.dim() > x.dim() or (
+        cos.dim() not in (2, x.dim()) and any(c != 1 for c in cos.shape[:-2])
+    ):
         raise ValueError(
-            f"cos/sin must be [seq, rotary_dim] or have x's rank {x.dim()} (e.g. [B, 1, seq, "
-            f"rotary_dim] for x [B, H, seq, head_dim]), got shape {tuple(cos.shape)} for x "
-            f"{tuple(x.shape)}; a [B, seq, rotary_dim] table would broadcast over the heads"
+            f"cos/sin must be [seq, rotary_dim], [1, ..., seq, rotary_dim] or have x's rank "
+            f"{x.dim()} (e.g. [B, 1, seq, rotary_dim] for x [B, H, seq, head_dim]), got shape "
+            f"{tuple(cos.shape)} for x {tuple(x.shape)}; a [B, seq, rotary_dim] table with B > 1 "
+            "is ambiguous (it would broadcast over the heads): add the head axis, cos[:, None]"
         )
     for c, n in zip(cos.shape[:-1], x.shape[x.dim() - cos.dim() : -1], strict=True):
         if c not in (1, n):
@@ -251,10 +254,12 @@ def _rope(
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = True) -> Tensor:
     """Rotate ``x [..., seq, head_dim]`` by ``cos``/``sin`` (from ``rope_cos_sin``).
 
-    ``cos``/``sin`` are ``[seq, rotary_dim]`` or have ``x``'s rank with leading dims equal to
-    ``x``'s or 1 (``[B, 1, seq, rotary_dim]`` for ``x [B, H, seq, head_dim]``); a
-    ``[B, seq, rotary_dim]`` table against a 4-D ``x`` is refused, since it would broadcast over
-    the heads. When ``rotary_dim < head_dim`` only the first ``rotary_dim`` channels rotate
+    ``cos``/``sin`` are ``[seq, rotary_dim]``, have ``x``'s rank with leading dims equal to
+    ``x``'s or 1 (``[B, 1, seq, rotary_dim]`` for ``x [B, H, seq, head_dim]``), or a lower rank
+    whose leading dims are all 1 (``[1, seq, rotary_dim]``, what transformers' Pixtral passes:
+    it broadcasts exactly); a ``[B, seq, rotary_dim]`` table with ``B > 1`` against a 4-D ``x``
+    is refused, since it would broadcast over the heads. When ``rotary_dim < head_dim`` only the
+    first ``rotary_dim`` channels rotate
     (partial rotary, as GPT-NeoX and Phi). The math is float32 (float64 for float64 ``x``); the
     result has ``x``'s dtype and shape. Differentiable; when only ``x`` needs a gradient the
     backward is the same rotation by minus the angle (no activations saved).

@@ -27,8 +27,10 @@ Everything equals ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` to fl
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
+import warnings
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -57,7 +59,12 @@ ROPE_KEYS: dict[str, tuple[str, ...]] = {
 name), ``rope_theta`` (must equal ``base``) and ``partial_rotary_factor``. These are the required
 and optional keys of transformers' ``RotaryEmbeddingConfigMixin._validate_<type>_rope_parameters``
 (5.x), plus the lengths HF reads from the model config (``max_position_embeddings``; for
-``dynamic``, ``original_max_position_embeddings`` as its alias). Any other key is an error."""
+``dynamic``, ``original_max_position_embeddings`` as its alias). A key of another rope type is
+accepted and ignored, as transformers does (generic code copies one config into another); a key
+no rope type uses is an error, with a did-you-mean."""
+_LENGTH_KEYS = ("max_position_embeddings", "original_max_position_embeddings")
+_ALL_KEYS = tuple(dict.fromkeys((*_COMMON_KEYS, *(k for ks in ROPE_KEYS.values() for k in ks))))
+
 
 
 class RopeWavelengths(NamedTuple):
@@ -75,8 +82,9 @@ def rope_inv_freq(
     """Inverse frequencies in float32 and the attention factor that multiplies cos and sin.
 
     ``scaling`` is a Hugging Face ``rope_parameters`` dict (``rope_type`` or legacy ``type``),
-    plus ``max_position_embeddings``, which HF keeps on the model config. A key the rope type
-    does not use (see ``ROPE_KEYS``), or a misspelled one, is a ``ValueError``. ``seq_len`` (the
+    plus ``max_position_embeddings``, which HF keeps on the model config. A key of another rope
+    type is ignored, as in HF; one that no rope type uses (see ``ROPE_KEYS``) is a ``ValueError``
+    with a did-you-mean. ``seq_len`` (the
     current sequence length) matters for ``dynamic`` and ``longrope`` only; ``None`` means the
     original length, as in HF. Returns ``(inv_freq [rotary_dim // 2], attention_factor)``.
     """
@@ -90,12 +98,22 @@ def rope_inv_freq(
         )
     s = dict(scaling or {})
     rope_type = _rope_type(s)
-    allowed = (*_COMMON_KEYS, *ROPE_KEYS[rope_type])
-    unknown = sorted(repr(k) for k in s if k not in allowed)
+    unknown = sorted(k for k in s if k not in _ALL_KEYS)
     if unknown:
+        hints = []
+        for k in unknown:
+            close = difflib.get_close_matches(str(k), _ALL_KEYS, n=1)
+            hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        allowed = (*_COMMON_KEYS, *ROPE_KEYS[rope_type])
         raise ValueError(
-            f"scaling has unknown key(s) {', '.join(unknown)} for rope_type {rope_type!r}; "
-            f"allowed keys for {rope_type!r}: {', '.join(allowed)}"
+            f"scaling has unknown key(s) {', '.join(hints)}; keys rope_type {rope_type!r} uses: "
+            f"{', '.join(allowed)} (keys of the other rope types are accepted and ignored)"
+        )
+    ignored = sorted(k for k in s if k not in (*_COMMON_KEYS, *ROPE_KEYS[rope_type], *_LENGTH_KEYS))
+    if ignored:  # transformers accepts and ignores them too (with a warning); lengths are quiet
+        warnings.warn(
+            f"scaling keys {ignored} are not used by rope_type {rope_type!r} and are ignored",
+            stacklevel=2,
         )
     theta = s.get("rope_theta")
     if theta is not None and check_float("scaling['rope_theta']", theta) != base:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
+    MAX_POSITION,
     check_base,
     check_bool,
     check_device,
@@ -48,7 +49,12 @@ def sinusoidal_table(
     base = check_base("base", base)
     interleaved = check_bool("interleaved", interleaved)
     dtype = check_dtype("dtype", dtype)
-    device = check_device("device", device)
+    device = check_device("device", device, available=True)
+    if offset + num_positions > MAX_POSITION:
+        raise ValueError(
+            f"offset + num_positions must be <= 2**24 = {MAX_POSITION} (float32 positions are exact "
+            f"only up to there), got {offset} + {num_positions}"
+        )
     work = torch.float64 if dtype == torch.float64 else torch.float32
     half = (dim + 1) // 2  # number of frequencies; the cos block is dim // 2 wide
     inv_freq = base ** (-torch.arange(0, 2 * half, 2, device=device, dtype=work) / dim)  # [half]

@@ -28,7 +28,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_bool, check_int, check_tensor
+from ._checks import check_bias_size, check_bool, check_int, check_tensor
 
 
 def t5_relative_bucket(
@@ -128,6 +128,7 @@ class T5RelativeBias(nn.Module):
         k_len = q_len if k_len is None else check_int("k_len", k_len, minimum=0)
         if k_len < q_len:
             raise ValueError(f"k_len must be >= q_len={q_len}, got {k_len}")
+        check_bias_size("T5RelativeBias", self.num_heads, q_len, k_len)
         device = self.embedding.weight.device
         i = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # [Lq, 1]
         j = torch.arange(k_len, device=device)[None, :]  # [1, Lk]

@@ -26,7 +26,7 @@ CASES = [
     ("apply_rope", lambda: rope.apply_rope(x4, cos8, sin8, interleaved="false"), TypeError,
      "interleaved must be a bool.*'false'"),
     ("apply_rope", lambda: rope.apply_rope(x4, cosB, sinB), ValueError,
-     r"cos/sin must be \[seq, rotary_dim\] or have x's rank 4.*\(2, 4, 8\).*broadcast over the heads"),
+     r"cos/sin must be \[seq, rotary_dim\], \[1, ..., seq, rotary_dim\] or have x's rank 4.*\(2, 4, 8\).*ambiguous"),
     ("apply_rope", lambda: rope.apply_rope(x4[:1], cosB[:, None], sinB[:, None]), ValueError,
      r"cos/sin of shape \(2, 1, 4, 8\) do not broadcast against x of shape \(1, 2, 4, 8\)"),
     ("apply_rope", lambda: rope.apply_rope(x4.long(), cos8, sin8), TypeError, "x must be a floating-point"),

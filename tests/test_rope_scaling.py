@@ -52,8 +52,26 @@ def test_default_is_roformer():
     assert attn == 1.0
     same, _ = rope_inv_freq(64, scaling={"rope_type": "default", "rope_theta": 10000.0})
     assert torch.equal(same, inv_freq)
-    with pytest.raises(ValueError, match=r"unknown key\(s\) 'factor' for rope_type 'default'"):
-        rope_inv_freq(64, scaling={"rope_type": "default", "factor": 3.0})  # HF ignores it: an error
+    with pytest.warns(UserWarning, match=r"\['factor'\] are not used by rope_type 'default'"):
+        ignored, _ = rope_inv_freq(64, scaling={"rope_type": "default", "factor": 3.0})  # as HF
+    assert torch.equal(ignored, inv_freq)
+    with pytest.raises(ValueError, match=r"'factr' \(did you mean 'factor'\?\)"):
+        rope_inv_freq(64, scaling={"rope_type": "default", "factr": 3.0})
+
+
+def test_keys_of_other_rope_types_are_accepted_as_transformers_does():
+    # generic code copies one config into another: HF accepts and ignores these keys
+    import warnings
+
+    base, _ = rope_inv_freq(64)
+    lin, _ = rope_inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the lengths are quiet
+        a, _ = rope_inv_freq(64, scaling={"rope_type": "default", "max_position_embeddings": 4096})
+        b, _ = rope_inv_freq(64, scaling={"rope_type": "linear", "factor": 2.0,
+                                          "max_position_embeddings": 4096,
+                                          "original_max_position_embeddings": 2048})
+    assert torch.equal(a, base) and torch.equal(b, lin)
 
 
 def test_linear_is_position_interpolation():
