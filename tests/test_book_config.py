@@ -336,7 +336,7 @@ def test_bibliography_list_style_matches_the_text():
     config = _config()
     assert config["sphinx"]["config"]["bibtex_reference_style"] == "author_year"
     assert config["sphinx"]["config"]["bibtex_default_style"] == "author_year"
-    assert config["sphinx"]["local_extensions"] == {"bibstyle": "scripts"}
+    assert config["sphinx"]["local_extensions"]["bibstyle"] == "scripts"
     pybtex = pytest.importorskip("pybtex.database")
     bibstyle = load_script("bibstyle")
     db = pybtex.parse_file(str(BOOK / "references.bib"))
@@ -346,3 +346,66 @@ def test_bibliography_list_style_matches_the_text():
     labels = list(bibstyle.AuthorYearLabelStyle().format_labels(list(db.entries.values()) * 2))
     assert len(set(labels)) == len(labels), "equal labels get a/b suffixes"
 
+
+
+# the oldest major of each action that runs on Node 24 (the Node 20 ones are deprecated)
+NODE24_MAJORS = {"actions/checkout": 5, "actions/setup-python": 6, "actions/cache": 5,
+                 "actions/cache/restore": 5, "actions/cache/save": 5, "actions/upload-artifact": 6,
+                 "actions/download-artifact": 7, "actions/upload-pages-artifact": 4,
+                 "actions/deploy-pages": 5}  # fmt: skip
+
+
+def _workflows() -> dict[str, tuple[str, dict]]:
+    folder = ROOT / ".github" / "workflows"
+    return {p.name: (p.read_text(encoding="utf-8"), yaml.safe_load(p.read_text(encoding="utf-8")))
+            for p in sorted(folder.glob("*.yml"))}  # fmt: skip
+
+
+def test_actions_pinned_at_current_majors():
+    """Every action of every workflow: a full commit SHA, the version in the comment, a major that
+    runs on Node 24."""
+    seen = set()
+    for name, (text, _) in _workflows().items():
+        for line in text.splitlines():
+            match = re.search(r"uses: ([\w./-]+)@([0-9a-f]+) # v(\d+)\.\d+\.\d+$", line)
+            if "uses:" in line:
+                assert match and len(match.group(2)) == 40, f"{name}: not pinned by SHA: {line.strip()}"
+                action, major = match.group(1), int(match.group(3))
+                seen.add(action)
+                assert major >= NODE24_MAJORS.get(action, 0), f"{name}: {action} v{major} is an old major"
+    assert {"actions/checkout", "actions/setup-python", "pypa/gh-action-pypi-publish",
+            "lycheeverse/lychee-action"} <= seen  # fmt: skip
+
+
+def test_ci_caches():
+    """pip's cache, and a model-cache key that hashes what defines the models (the corpus too)."""
+    text, workflow = _workflows()["book.yml"]
+    steps = workflow["jobs"]["check"]["steps"]
+    (setup,) = [s for s in steps if s.get("uses", "").startswith("actions/setup-python@")]
+    assert setup["with"]["cache"] == "pip"
+    assert "requirements.txt" in setup["with"]["cache-dependency-path"]
+    (models,) = [s for s in steps if s.get("id") == "models"]
+    key = models["with"]["key"]
+    for pattern in ("'posenc/**/*.py'", "'posenc/lab/corpus/*.tar.xz'", "'requirements.txt'"):
+        assert pattern in key, pattern
+    assert ".gz'" not in key.replace(".tar.xz", ""), "no pattern that matches no file"
+    import glob
+
+    assert glob.glob(str(ROOT / "posenc" / "lab" / "corpus" / "*.tar.xz")), "the corpus pattern matches"
+    links_key = _workflows()["links.yml"][0]
+    assert key in links_key, "the link check restores the same model cache"
+
+
+def test_dependabot_and_link_check():
+    dependabot = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text(encoding="utf-8"))
+    ecosystems = {u["package-ecosystem"]: u for u in dependabot["updates"]}
+    assert set(ecosystems) == {"github-actions", "pip"}
+    assert all(u["directory"] == "/" and u["schedule"]["interval"] == "weekly" for u in ecosystems.values())
+    _, links = _workflows()["links.yml"]
+    triggers = links[True] if True in links else links["on"]
+    (cron,) = [s["cron"] for s in triggers["schedule"]]
+    assert len(cron.split()) == 5 and cron.split()[4] not in ("*",), "once a week"
+    runs = [s.get("run", "") for s in links["jobs"]["links"]["steps"]]
+    assert any("bash scripts/build_site.sh" in r for r in runs)
+    uses = [s.get("uses", "") for s in links["jobs"]["links"]["steps"]]
+    assert any(u.startswith("lycheeverse/lychee-action@") for u in uses)

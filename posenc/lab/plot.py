@@ -37,6 +37,8 @@ BOOK_STYLE: dict[str, Any] = {
     "figure.figsize": (WIDTH, HEIGHT),
     "figure.dpi": DPI,
     "savefig.dpi": SAVE_DPI,
+    "figure.facecolor": "white",  # never transparent: dark ink needs its white page in dark mode
+    "savefig.facecolor": "white",
     "font.size": FONT_SIZE,
     "axes.titlesize": FONT_SIZE,
     "axes.labelsize": FONT_SIZE,
