@@ -96,6 +96,8 @@ def _config_inited(app: Any, config: Any) -> None:
     own = en_base if lang == "en" else zh_base
     if _is_default(config, "ogp_site_url"):
         config.ogp_site_url = own
+    if _is_default(config, "ogp_site_name"):  # else "Project name not set": Jupyter Book sets no project
+        config.ogp_site_name = config.html_title or config.project
     if _is_default(config, "ogp_image"):
         config.ogp_image = own + SOCIAL_CARD
     if _is_default(config, "notfound_urls_prefix"):

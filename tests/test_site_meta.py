@@ -73,9 +73,10 @@ class _Config:
     def __init__(self, **values):
         defaults = {"ogp_site_url": "", "ogp_image": None, "notfound_urls_prefix": "/en/latest/",
                     "notfound_context": {"title": "Page not found", "body": "x"},
-                    "sitemap_url_scheme": "{lang}{version}{link}"}  # fmt: skip
+                    "sitemap_url_scheme": "{lang}{version}{link}", "ogp_site_name": None}  # fmt: skip
         self.values = {k: _Opt(v) for k, v in defaults.items()}
-        for key, value in {**defaults, "language": None, **values}.items():
+        for key, value in {**defaults, "language": None, "html_title": "The Book", "project": "p",
+                           **values}.items():
             setattr(self, key, value)
 
 
@@ -84,6 +85,7 @@ def test_settings_follow_the_baseurl(lang, base, prefix):
     config = _Config(html_baseurl=base, language=lang)
     _meta()._config_inited(None, config)
     assert config.ogp_site_url == base
+    assert config.ogp_site_name == "The Book"
     assert config.ogp_image == base + "_static/social-card.png"
     assert config.notfound_urls_prefix == prefix
     assert config.sitemap_url_scheme == "{link}"
