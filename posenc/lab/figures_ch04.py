@@ -1,4 +1,4 @@
-"""Figures of chapter 4 (RoPE; Su et al., 2021, "RoFormer"), drawn in the book's style.
+"""Figures of chapter 4 (RoPE; Su et al., 2024, "RoFormer"), drawn in the book's style.
 
 Each function takes the tensors the chapter computed and returns the matplotlib figure; the
 chapter's cells call them with ``hide-input`` so a reader sees the figure, not the plotting.

@@ -1,7 +1,7 @@
 """Checker for chapter 4 (RoPE): rotary embedding built from explicit 2x2 rotations.
 
 Channel pair ``(x_2i, x_2i+1)`` of the token at position ``m`` is rotated by the angle
-``m * theta_i`` with ``theta_i = base^(-2i/d)`` (Su et al., 2021, "RoFormer: Enhanced Transformer
+``m * theta_i`` with ``theta_i = base^(-2i/d)`` (Su et al., 2024, "RoFormer: Enhanced Transformer
 with Rotary Position Embedding", eq. 13-15): the interleaved layout of ``posenc.apply_rope``.
 """
 

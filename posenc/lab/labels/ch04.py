@@ -1,4 +1,4 @@
-"""Figure text of chapter 4 (RoPE; Su et al., 2021, "RoFormer"), English and Chinese."""
+"""Figure text of chapter 4 (RoPE; Su et al., 2024, "RoFormer"), English and Chinese."""
 
 LABELS = {
     "en": {
