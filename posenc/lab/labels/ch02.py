@@ -21,7 +21,7 @@ LABELS = {
     "zh": {
         "exactly_zero": "恰好为零",
         "training_length": "训练长度",
-        "table_row": "表的行（槽位）",
+        "table_row": "表的行（位置）",
         "gradient_norm": "梯度范数",
         "relative": "相对",
         "absolute": "绝对",
@@ -31,7 +31,7 @@ LABELS = {
         "bidirectional_title": "双向（编码器）：16 + 16 个桶",
         "causal_title": "因果（解码器）：32 个桶，只看过去",
         "bucket": "桶",
-        "offset_symlog": "偏移量 n - m（对称对数刻度）",
+        "offset_symlog": "偏移量 n - m（对称对数坐标）",
         "head": "头 {h}",
         "bias_b_h": "偏置 $b_h$",
     },
