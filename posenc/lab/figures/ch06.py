@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import plot
+from .. import plot
 
 __all__ = ["html_table", "score_panels", "training_curves", "loss_by_length", "loss_by_position"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import plot
+from .. import plot
 
 __all__ = ["slopes_vs_article", "bias_heatmaps", "log_weights", "window_share", "bias_memory"]
 

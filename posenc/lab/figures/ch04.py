@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import plot
-from .labels import labels
+from .. import plot
+from ..labels import labels
 
 __all__ = ["rotating_query", "fixed_offset_scores", "rotation_angles", "wavelengths",
            "score_grid", "score_profile", "decay_bound", "bf16_errors"]
