@@ -360,6 +360,12 @@ def _attend_fast(
     q_len, k_len = q.shape[-2], k.shape[-2]
     if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
         score_mod = scheme.score_mod(k_len - q_len)
+        if score_mod is None and scheme.has_bias:  # e.g. T5: the bias from default positions
+            B = q.shape[0]
+            q_pos = torch.arange(k_len - q_len, k_len, device=q.device).expand(B, q_len)
+            score_mod = scheme.position_score_mod(
+                q_pos, torch.arange(k_len, device=q.device).expand(B, k_len), causal=causal
+            )
         if score_mod is None and scheme.has_bias:
             raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
         fn = _flex_fn()
