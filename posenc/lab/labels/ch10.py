@@ -1,0 +1,36 @@
+"""Figure text of chapter 10 (positions in production), English and Chinese."""
+
+LABELS = {
+    "en": {
+        "position": "position in the stream",
+        "loss": "loss (nats per byte)",
+        "train_len": "training length",
+        "rope_title": "RoPE, cache of {size} keys",
+        "alibi_title": "ALiBi, cache of {size} keys",
+        "full": "full attention",
+        "window": "sliding window",
+        "sinks_original": "4 sinks, original positions",
+        "sinks_cache": "4 sinks, positions in the cache",
+        "rank": "rank",
+        "pairs": "causal (query, key) pairs",
+        "contiguous": "contiguous chunks",
+        "head_tail": "head-tail chunks",
+        "work_title": "Causal work per rank, L = {length}, {world} ranks",
+    },
+    "zh": {
+        "position": "流中的位置",
+        "loss": "损失（奈特/字节）",
+        "train_len": "训练长度",
+        "rope_title": "RoPE，缓存 {size} 个键",
+        "alibi_title": "ALiBi，缓存 {size} 个键",
+        "full": "完整注意力",
+        "window": "滑动窗口",
+        "sinks_original": "4 个汇聚词元，原始位置",
+        "sinks_cache": "4 个汇聚词元，缓存内位置",
+        "rank": "rank",
+        "pairs": "因果（查询，键）对数",
+        "contiguous": "连续切块",
+        "head_tail": "首尾切块",
+        "work_title": "每个 rank 的因果计算量，L = {length}，{world} 个 rank",
+    },
+}

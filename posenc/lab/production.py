@@ -1,0 +1,268 @@
+"""The laboratory of chapter 10 (positions in production): the lab's language model run the way
+served and trained models run, with a visibility rule, a streaming cache, packed rows and shards.
+
+- :func:`forward`: a :class:`~posenc.lab.model.TransformerLM` forward pass that passes
+  ``attention_mask``, ``document_ids`` and ``window`` to every attention layer (the lab model's
+  own ``forward`` takes positions and caches only);
+- :func:`stream`: token-by-token decoding with a cache that keeps a few *sink* tokens and a
+  sliding window (Xiao et al., 2024, StreamingLLM), keys keeping their original positions or
+  taking positions inside the cache;
+- :func:`rotate_by`: turn rotated keys by a further ``delta`` positions (negative allowed);
+- :func:`first_fit` and :func:`causal_work`: packing documents into rows, and the causal work
+  of each rank under context parallelism;
+- :func:`shard_worker` / :func:`run_sharded`: a real multi-process run (``torch.distributed``,
+  gloo) of attention over a sequence sharded in the head-tail layout; ``python -m
+  posenc.lab.production --world-size 2 --out FILE`` starts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import posenc
+from posenc.attention import MultiHeadAttention
+from posenc.cache import KVCache
+
+from .model import TransformerLM
+
+__all__ = [
+    "forward", "stream", "rotate_by", "first_fit", "causal_work", "shard_worker",
+    "run_sharded", "sharded_reference",
+]
+
+
+def _attention(mha: MultiHeadAttention, x: Tensor, **options) -> Tensor:
+    """``mha``'s forward with every option of :func:`posenc.attend` (same weights)."""
+    H, H_kv, Dh = mha.num_heads, mha.num_kv_heads, mha.head_dim
+    q, k, v = mha.qkv(x).split([H * Dh, H_kv * Dh, H_kv * Dh], dim=-1)
+    q, k, v = (t.unflatten(-1, (-1, Dh)).transpose(1, 2) for t in (q, k, v))  # [B, H, L, Dh]
+    y = posenc.attend(q, k, v, mha.scheme, causal=mha.causal, backend=mha.backend, **options)
+    return mha.proj(y.transpose(1, 2).flatten(2))  # [B, L, D]
+
+
+def forward(
+    model: TransformerLM,
+    tokens: Tensor,
+    *,
+    positions: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    document_ids: Tensor | None = None,
+    window: int | None = None,
+    caches: list[KVCache] | None = None,
+) -> Tensor:
+    """Logits ``[B, L, vocab]`` of ``model`` for ``tokens [B, L]`` with a visibility rule.
+
+    ``positions`` (``[L]`` or ``[B, L]``) go to the ``embed`` hook (absolute schemes) and to
+    every attention layer; by default ``arange(L)`` after the cached tokens (restarting per
+    document with ``document_ids``). The other options are :func:`posenc.attend`'s.
+    """
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
+    if caches is not None and len(caches) != len(model.blocks):
+        raise ValueError(f"caches must hold one KVCache per block ({len(model.blocks)})")
+    L = tokens.shape[1]
+    embed_pos = positions
+    if embed_pos is None:
+        if document_ids is not None:
+            embed_pos = posenc.packed_positions(document_ids)
+        elif caches:
+            embed_pos = caches[0].next_positions(L, tokens.device)
+        else:
+            embed_pos = torch.arange(L, device=tokens.device)
+    x = model.scheme.embed(model.embed(tokens), embed_pos)  # [B, L, D]
+    for i, block in enumerate(model.blocks):
+        x = x + _attention(
+            block.attn, block.ln1(x), positions=positions, attention_mask=attention_mask,
+            document_ids=document_ids, window=window, cache=caches[i] if caches else None,
+        )
+        x = x + block.mlp(block.ln2(x))
+    return model.ln_f(x) @ model.embed.weight.T  # [B, L, vocab]
+
+
+def rotate_by(x: Tensor, delta: Tensor, inv_freq: Tensor) -> Tensor:
+    """Rotate ``x [..., T, Dh]`` (interleaved pairs), already rotated to some positions, by
+    ``delta [T]`` more positions (any sign): ``R(a) R(delta) = R(a + delta)``."""
+    cos, sin = posenc.rope_cos_sin(delta.abs(), inv_freq)  # [T, Dh]
+    return posenc.apply_rope(x, cos, sin * delta.sign()[:, None].to(sin.dtype))
+
+
+def stream(
+    model: TransformerLM,
+    tokens: Tensor,
+    *,
+    window: int,
+    sinks: int = 0,
+    reposition: bool = False,
+) -> Tensor:
+    """Decode ``tokens [B, L]`` one at a time with a cache of at most ``sinks + window`` keys
+    per layer (the first ``sinks`` tokens, then the latest ones); returns the per-token loss
+    ``[B, L - 1]`` (nats) of predicting ``tokens[:, 1:]``.
+
+    ``reposition=False``: every key keeps the position it was seen at, so the query at step
+    ``t`` has position ``t``. ``reposition=True`` (StreamingLLM): positions are the slots of
+    the cache, ``0 .. sinks + window - 1``; after each eviction the kept keys move down, RoPE
+    keys are rotated by the change (:func:`rotate_by`) and bias schemes read the new positions.
+    """
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
+    size = sinks + window
+    if window < 1 or sinks < 0:
+        raise ValueError(f"window must be >= 1 and sinks >= 0, got {window} and {sinks}")
+    rope = getattr(model.scheme, "rotary", None)
+    caches = [KVCache() for _ in model.blocks]
+    B, L = tokens.shape
+    device = tokens.device
+    logits = []
+    for t in range(L):
+        held = len(caches[0])
+        pos = torch.tensor([held if reposition else t], device=device)
+        logits.append(forward(model, tokens[:, t:t + 1], positions=pos, caches=caches)[:, 0])
+        if held + 1 < size:
+            continue
+        keep = torch.cat([torch.arange(sinks), torch.arange(held + 2 - size + sinks, held + 1)])
+        for cache in caches:
+            cache.evict(keep.to(device))
+            if reposition:
+                assert cache.positions is not None and cache.k is not None
+                new = torch.arange(size - 1, device=device)
+                delta = new - cache.positions[0]  # [T]: every row has the same positions
+                if rope is not None:
+                    cache.k = rotate_by(cache.k, delta, rope.inv_freq)
+                cache.positions = new.expand(B, -1).clone()
+    out = torch.stack(logits[:-1], dim=1).float()  # [B, L - 1, vocab]
+    return F.cross_entropy(out.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none").view(B, L - 1)
+
+
+def first_fit(lengths: list[int], row_len: int) -> list[list[int]]:
+    """Pack documents of ``lengths`` into rows of at most ``row_len`` tokens, first fit in the
+    given order: a list of rows, each the indices of its documents."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i, n in enumerate(lengths):
+        if n > row_len:
+            raise ValueError(f"document {i} has {n} tokens, more than row_len={row_len}")
+        for r, space in enumerate(free):
+            if n <= space:
+                rows[r].append(i)
+                free[r] -= n
+                break
+        else:
+            rows.append([i])
+            free.append(row_len - n)
+    return rows
+
+
+def causal_work(seq_len: int, world_size: int, *, load_balance: bool) -> list[int]:
+    """Causal (query, key) pairs each rank computes when one sequence of ``seq_len`` tokens is
+    split over ``world_size`` ranks (:func:`posenc.shard_positions`): query ``m`` scores the
+    ``m + 1`` keys at positions ``0 .. m``."""
+    return [
+        int((posenc.shard_positions(seq_len, r, world_size, load_balance=load_balance) + 1).sum())
+        for r in range(world_size)
+    ]
+
+
+# ------------------------------------------------------------ context parallelism on CPU
+
+
+def _inputs(seq_len: int, heads: int, head_dim: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, heads, seq_len, head_dim, generator=gen) for _ in range(3))
+
+
+def _scheme(name: str, heads: int, head_dim: int, seed: int) -> posenc.PositionScheme:
+    torch.manual_seed(seed)  # the same T5 table in every process
+    return posenc.make_scheme(name, dim=heads * head_dim, num_heads=heads)
+
+
+def sharded_reference(scheme_name: str, seq_len: int = 64, heads: int = 4, head_dim: int = 16,
+                      seed: int = 0) -> Tensor:
+    """The single-process causal attention ``[1, H, L, Dh]`` that :func:`shard_worker` shards."""
+    q, k, v = _inputs(seq_len, heads, head_dim, seed)
+    return posenc.attend(q, k, v, _scheme(scheme_name, heads, head_dim, seed))
+
+
+def shard_worker(rank: int, world_size: int, scheme_name: str, seq_len: int = 64,
+                 heads: int = 4, head_dim: int = 16, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """One rank's part of causal attention over a sequence sharded in the head-tail layout;
+    needs ``torch.distributed`` initialised. Returns ``(positions, output)``, the rank's global
+    positions ``[L / W]`` and its rows of attention ``[1, H, L / W, Dh]``."""
+    import torch.distributed as dist
+
+    q, k, v = _inputs(seq_len, heads, head_dim, seed)  # every rank could build all; it keeps
+    pos = posenc.shard_positions(seq_len, rank, world_size)  # only its shard
+    q, k, v = q[:, :, pos], k[:, :, pos], v[:, :, pos]  # [1, H, L / W, Dh]
+    scheme = _scheme(scheme_name, heads, head_dim, seed)
+    if scheme_name == "rope":  # rotate the local queries and keys by their global positions
+        q, k = scheme.rotate(q, k, pos)
+        scheme = None  # already rotated: attention only needs the positions for causality
+    gathered = [[torch.empty_like(t) for _ in range(world_size)] for t in (k, v, pos)]
+    for out, t in zip(gathered, (k, v, pos), strict=True):
+        dist.all_gather(out, t)
+    k_all, v_all = torch.cat(gathered[0], dim=2), torch.cat(gathered[1], dim=2)  # [1, H, L, Dh]
+    key_pos = torch.cat(gathered[2])  # [L]: the keys' global positions, in shard order
+    y = posenc.attend(q, k_all, v_all, scheme, positions=pos, key_positions=key_pos)
+    return pos, y
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_sharded(schemes: tuple[str, ...] = ("rope", "alibi", "t5"), world_size: int = 2, *,
+                timeout: float = 300.0) -> dict[str, dict]:
+    """Start ``world_size`` processes (gloo) that run :func:`shard_worker` for each scheme;
+    returns ``{scheme: {"positions": [W] list of [L / W], "outputs": [W] list of
+    [1, H, L / W, Dh]}}``, read back from the files the ranks wrote."""
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        for rank in range(world_size):
+            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                   "RANK": str(rank), "WORLD_SIZE": str(world_size), "OMP_NUM_THREADS": "1"}
+            cmd = [sys.executable, "-m", "posenc.lab.production", "--schemes", ",".join(schemes),
+                   "--out", str(Path(tmp) / f"rank{rank}.pt")]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        logs = [p.communicate(timeout=timeout)[0] for p in procs]
+        for rank, (p, log) in enumerate(zip(procs, logs, strict=True)):
+            if p.returncode:
+                raise RuntimeError(f"rank {rank} failed ({p.returncode}):\n{log[-2000:]}")
+        parts = [torch.load(Path(tmp) / f"rank{r}.pt") for r in range(world_size)]
+    return {name: {"positions": [p[name]["positions"] for p in parts],
+                   "outputs": [p[name]["output"] for p in parts]} for name in schemes}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="one rank of the chapter-10 context-parallel run")
+    ap.add_argument("--schemes", default="rope,alibi,t5")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the env
+    try:
+        out = {}
+        for name in args.schemes.split(","):
+            pos, y = shard_worker(dist.get_rank(), dist.get_world_size(), name)
+            out[name] = {"positions": pos, "output": y}
+        torch.save(out, args.out)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
