@@ -176,7 +176,7 @@ def attend(
 
     - ``positions`` ``[Lq]`` or ``[B, Lq]``: the queries' (and, by default, the new keys')
       positions. Default: ``arange(Lq)`` after the tokens the ``cache`` has seen, or, with
-      ``document_ids``, restarting at 0 in each document (:func:`~posenc.packed_positions`).
+      ``document_ids``, restarting at 0 in each document (:func:`~posenc.positions.packed_positions`).
     - ``key_positions`` ``[Lk]`` or ``[B, Lk]``: the keys' own positions (keys gathered from
       other shards under context parallelism); ``Lk`` may then differ from ``Lq``. RoPE rotates
       ``k`` by them, ALiBi and T5 use key position minus query position, and ``causal`` means

@@ -90,6 +90,22 @@ def shard_positions(seq_len: int, rank: int, world_size: int, *, load_balance: b
     balancer ``_HeadTailLoadBalancer``) cuts the sequence into ``2 * world_size`` chunks and gives
     rank ``r`` chunks ``r`` and ``2 * world_size - 1 - r``, so every rank does the same work.
     ``seq_len`` must divide evenly (by ``2 * world_size`` with load balancing).
+
+    On CPU (and in the tests) a rank rotates its local queries and keys by these global
+    positions, all-gathers keys, values and key positions, and calls
+    ``attend(q, k, v, scheme, positions=mine, key_positions=gathered)``. On GPUs, torch's
+    ``torch.distributed.tensor.experimental.context_parallel`` shards the buffers itself and
+    patches CUDA SDPA into ring attention (it has no CPU kernel); give it the positions as one
+    more buffer so they are sharded exactly like the tokens, and rotate by them::
+
+        pos = torch.arange(seq_len, device="cuda").expand(batch, seq_len)  # [B, L]
+        with context_parallel(mesh, buffers=[x, pos], buffer_seq_dims=[1, 1]):
+            q, k = rotary(q, k, positions=pos)  # global positions of the local shard
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    RoPE then needs nothing else. The patched SDPA is written for ``is_causal`` attention, not
+    for an additive bias that would itself need sharding by query and key, so for ALiBi and T5
+    gather keys with ``key_positions`` as above (or use FlexAttention's ``score_mod``).
     """
     seq_len = check_int("seq_len", seq_len, minimum=0)
     world_size = check_int("world_size", world_size, minimum=1)

@@ -153,7 +153,8 @@ def rope_modules(model: torch.nn.Module) -> list[RoPE]:
 
 @dataclass(frozen=True)
 class FineTuneConfig:
-    """What :func:`fine_tune` did: the task, the sequence length, steps, batch and schedule."""
+    """What :func:`~posenc.lab.long_context.fine_tune` did: the task, the sequence length,
+    steps, batch and schedule."""
 
     task: str
     length: int

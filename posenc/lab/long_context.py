@@ -180,7 +180,7 @@ def fine_tune(
 ) -> TrainedModel:
     """Continue training a copy of ``model`` (a :class:`~posenc.lab.train.TrainedModel` or a bare
     ``TransformerLM``) on sequences of ``length`` tokens; ``model`` is not changed. Returns a
-    :class:`~posenc.lab.train.TrainedModel` (``config``: the :class:`FineTuneConfig`,
+    :class:`~posenc.lab.train.TrainedModel` (``config``: the :class:`~posenc.lab.config.FineTuneConfig`,
     ``train_len``: ``length``, ``history``: loss per step) whose network is in eval mode, on
     ``device``.
 
@@ -333,7 +333,7 @@ def passkey_grid(
     Depth ``i`` uses the examples of seed ``seed + i`` at every length. ``threads``: CPU threads
     (``None``: torch's setting); one is often faster for a model this small, and never slower
     by much. With ``cache=True`` the grid is stored under :func:`~posenc.lab.cache.cache_dir`, keyed by
-    the model's :func:`fingerprint` and the arguments."""
+    the model's :func:`~posenc.lab.config.fingerprint` and the arguments."""
     net, _ = unwrap(model)
     for name, seq in (("lengths", lengths), ("depths", depths)):
         if isinstance(seq, (str, bytes, Tensor)) or not isinstance(seq, Sequence):

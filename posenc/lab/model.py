@@ -241,7 +241,7 @@ class TransformerLM(nn.Module):
         (integers in ``[0, vocab_size)``).
 
         ``positions`` (``[L]`` or ``[B, L]``, non-negative integers) default to ``arange(L)``
-        after whatever the ``caches`` (one :class:`~posenc.attention.KVCache` per block) already
+        after whatever the ``caches`` (one :class:`~posenc.cache.KVCache` per block) already
         hold; the caches are extended in place, so decoding token by token gives the logits of
         one full pass.
 
