@@ -321,7 +321,9 @@ def attend(
                 f"scheme {scheme.name!r} defines bias(q_len, k_len) but not position_bias, so it "
                 "cannot follow key_positions, a static cache or an evicting cache"
             )
-        bias = scheme.bias(Lq, Lk, causal=causal)[None].to(torch.float32)  # [1, H, Lq, Lk]
+        index_bias = scheme.bias(Lq, Lk, causal=causal)  # [H, Lq, Lk]
+        if index_bias is not None:
+            bias = index_bias[None].to(torch.float32)  # [1, H, Lq, Lk]
     if bias is not None and bias.shape[1] not in (1, H):
         raise ValueError(f"scheme {scheme.name!r} has a bias for {bias.shape[1]} heads but q has {H} heads")
     if backend == "math":
