@@ -5,7 +5,7 @@ NoPE layers (Meta, 2025) and MLA's decoupled rotary slice (DeepSeek-AI, 2024).""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -126,7 +126,7 @@ def _pair_or_hint(out: object, lang: str) -> str | None:
     return say(lang, en=f"return a pair (q, k), got {kind}", zh=f"应返回一对 (q, k)，得到的是 {kind}")
 
 
-def _first_slip(got: tuple[Any, Any], slips: list[tuple[str, str, tuple[Tensor, ...]]],
+def _first_slip(got: Sequence[Any], slips: Sequence[tuple[str, str, Sequence[Tensor]]],
                 lang: str) -> str | None:
     """The hint of the first slip whose result equals ``got`` (every part of it)."""
     for en, zh, want in slips:
