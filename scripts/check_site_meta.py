@@ -16,7 +16,7 @@ One line per problem, ``<file>: <what>``; exit 1 when there is any. For each edi
 * ``404.html`` exists and its links start with the site's path (they work from any folder);
 * the footer names the licences (CC BY 4.0, MIT);
 * the search index of the Chinese edition holds Chinese words (``旋转``, ``外推``: jieba split the
-  text), and the English one holds ``rotary``.
+  text), and the English one holds ``rope``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import yaml
 from bs4 import BeautifulSoup, Tag
 
 ROOT = Path(__file__).resolve().parents[1]
-SEARCH_WORDS = {"en": ("rotary",), "zh": ("旋转", "外推")}
+SEARCH_WORDS = {"en": ("rope",), "zh": ("旋转", "外推")}  # English terms are stems
 _SKIP_DIRS = {"_static", "_sources", "_images", "_modules", "_downloads", "zh"}
 _NOT_PAGES = {"genindex.html", "search.html", "py-modindex.html", "404.html"}
 SITEMAP_NS = "{http://www.sitemaps.org/schemas/sitemap/0.9}"

@@ -6,6 +6,11 @@ engines and link previews read in each page's ``<head>``, derived from ``html.ba
   English page). The English book's chapters are ``book/<name>``, the Chinese ones ``<name>``
   under ``zh/`` (the two books' layouts, as ``book/_static/lang-switch.js`` maps them); a page
   gets alternates only when the other edition has a source file for it.
+* the Chinese edition's search: Sphinx splits Chinese text into words with jieba, whose own
+  dictionary lacks many of the book's terms (外推 becomes 外 / 推, and one-character words are
+  not indexed, so a search for 外推 found nothing). The terms of the Chinese glossary
+  (``glossary.md``'s tables) and :data:`EXTRA_TERMS` go into a jieba user dictionary
+  (``html_search_options["dict"]``), written next to the doctrees;
 * the settings of sphinxext-opengraph (``ogp_site_url``, the social card ``ogp_image``),
   sphinx-notfound-page (``notfound_urls_prefix``, the 404 page's text in the edition's language)
   and sphinx-sitemap (one ``<loc>`` per page, no language folder added) follow from
@@ -16,6 +21,7 @@ engines and link previews read in each page's ``<head>``, derived from ``html.ba
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -23,6 +29,12 @@ from urllib.parse import urlparse
 SHARED_PAGES = ("genindex", "search", "py-modindex")  # at the root of both editions
 SOCIAL_CARD = "_static/social-card.png"  # drawn by scripts/make_social_card.py
 SOURCE_SUFFIXES = (".md", ".ipynb", ".rst")
+
+# words the Chinese chapters use that jieba's dictionary does not hold and the glossary's tables
+# do not list on their own
+EXTRA_TERMS = ("外推", "内插", "位置外推", "长度外推", "旋转角", "相对位置", "绝对位置", "注意力头",
+               "上下文窗口", "微调", "词元")  # fmt: skip
+_CJK = re.compile(r"^[\u3400-\u4dbf\u4e00-\u9fff]{2,}$")
 
 NOT_FOUND = {
     "en": ("Page not found",
@@ -80,6 +92,31 @@ def alternates(pagename: str, lang: str, en_base: str, zh_base: str, srcdir: Pat
     return [("en", en_url), ("zh-CN", zh_url), ("x-default", en_url)]
 
 
+def glossary_terms(glossary: Path) -> list[str]:
+    """The Chinese terms of the glossary's tables (first column, split at 、 and ，), Chinese
+    characters only, two or more of them, in order of first appearance."""
+    terms: list[str] = []
+    if not glossary.exists():
+        return terms
+    for line in glossary.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        first = line.strip("|").split("|")[0].strip()
+        for part in re.split(r"[、，,/（）()\s]+", first):
+            if _CJK.match(part) and part not in terms:
+                terms.append(part)
+    return terms
+
+
+def write_search_dict(srcdir: Path, outdir: Path) -> Path:
+    """A jieba user dictionary (one word a line; jieba picks a frequency that keeps each one whole)."""
+    words = list(dict.fromkeys([*glossary_terms(srcdir / "glossary.md"), *EXTRA_TERMS]))
+    outdir.mkdir(parents=True, exist_ok=True)
+    path = outdir / "jieba-user-dict.txt"
+    path.write_text("".join(f"{word}\n" for word in words), encoding="utf-8")
+    return path
+
+
 def _is_default(config: Any, name: str) -> bool:
     """True when ``_config.yml`` left ``name`` at its extension's default."""
     opt = config.values.get(name)
@@ -107,6 +144,9 @@ def _config_inited(app: Any, config: Any) -> None:
         config.notfound_context = {"title": title, "body": body.format(en=en_base, zh=zh_base)}
     if _is_default(config, "sitemap_url_scheme"):
         config.sitemap_url_scheme = "{link}"  # html_baseurl already holds the edition's folder
+    if lang == "zh" and app is not None and "dict" not in (config.html_search_options or {}):
+        path = write_search_dict(Path(app.srcdir), Path(app.doctreedir))
+        config.html_search_options = {**(config.html_search_options or {}), "dict": str(path)}
 
 
 def _page_context(app: Any, pagename: str, templatename: str, context: dict, doctree: Any) -> None:

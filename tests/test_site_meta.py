@@ -150,7 +150,7 @@ def _index(words: list[str]) -> str:
 def site(tmp_path: Path) -> Path:
     html = tmp_path / "html"
     for folder, lang, name, twin, words in (
-        (html, "en", "book/04_rope.html", "04_rope.html", ["rotary"]),
+        (html, "en", "book/04_rope.html", "04_rope.html", ["rope"]),
         (html / "zh", "zh", "04_rope.html", "book/04_rope.html", ["旋转", "外推"]),
     ):
         (folder / Path(name).parent).mkdir(parents=True, exist_ok=True)
@@ -233,3 +233,38 @@ def test_built_site_meta():
     en, zh = check.baseurl(ROOT / "_config.yml"), check.baseurl(ROOT / "book" / "zh" / "_config.yml")
     problems = check.check(BUILT, en, zh)
     assert problems == []
+
+
+def test_chinese_search_dictionary(tmp_path: Path):
+    """The glossary's terms (and the extra ones) become a jieba user dictionary, and with it
+    jieba keeps 外推 whole (its own dictionary cuts it into 外 / 推, which the index drops)."""
+    meta = _meta()
+    (tmp_path / "glossary.md").write_text(
+        "# 术语\n\n| 中文 | English |\n|---|---|\n| 位置插值 | position interpolation |\n"
+        "| 注意力分数、logits | attention score |\n| 长度泛化（外推） | length generalisation |\n",
+        encoding="utf-8",
+    )
+    terms = meta.glossary_terms(tmp_path / "glossary.md")
+    assert terms == ["中文", "位置插值", "注意力分数", "长度泛化", "外推"]
+    path = meta.write_search_dict(tmp_path, tmp_path / "doctrees")
+    words = path.read_text(encoding="utf-8").splitlines()
+    assert words[:5] == terms and "长度外推" in words and len(words) == len(set(words))
+    assert {"位置编码", "旋转位置编码"} <= set(meta.glossary_terms(ROOT / "book" / "zh" / "glossary.md"))
+    jieba = pytest.importorskip("jieba")
+    tokenizer = jieba.Tokenizer()
+    assert "外推" not in tokenizer.lcut_for_search("模型的长度外推能力")
+    tokenizer.load_userdict(str(path))
+    assert "外推" in tokenizer.lcut_for_search("模型的长度外推能力")
+
+
+def test_config_points_search_at_the_dictionary(tmp_path: Path):
+    class App:
+        srcdir = tmp_path
+        doctreedir = tmp_path / ".doctrees"
+
+    config = _Config(html_baseurl=ZH, language="zh_CN", html_search_options={})
+    _meta()._config_inited(App(), config)
+    assert Path(config.html_search_options["dict"]).is_file()
+    config = _Config(html_baseurl=EN, language=None, html_search_options={})
+    _meta()._config_inited(App(), config)
+    assert config.html_search_options == {}, "English: no Chinese dictionary"
