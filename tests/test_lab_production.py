@@ -1,0 +1,137 @@
+"""posenc.lab.production: the chapter-10 laboratory against written-out references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import posenc
+from posenc.lab import production as prod
+from posenc.lab.model import TransformerLM
+
+
+@pytest.fixture(scope="module")
+def models():
+    torch.manual_seed(0)
+    return {s: TransformerLM(scheme=s, dim=32, num_layers=2, num_heads=4).eval()
+            for s in ("rope", "alibi", "sinusoidal")}
+
+
+def _tokens(B, L, seed=0):
+    return torch.randint(0, 256, (B, L), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "sinusoidal"])
+def test_forward_is_the_model_forward(models, scheme):
+    x = _tokens(2, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(prod.forward(models[scheme], x), models[scheme](x))
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "sinusoidal"])
+def test_packed_rows_equal_each_document_alone(models, scheme):
+    m, a, b = models[scheme], _tokens(1, 5, 1), _tokens(1, 7, 2)
+    ids = torch.tensor([[0] * 5 + [1] * 7])
+    with torch.no_grad():
+        packed = prod.forward(m, torch.cat([a, b], 1), document_ids=ids)
+        torch.testing.assert_close(packed[:, 5:], m(b), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(packed[:, :5], m(a), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "sinusoidal"])
+def test_left_padded_rows_equal_each_prompt_alone(models, scheme):
+    m, p = models[scheme], _tokens(1, 6, 3)
+    batch = torch.cat([torch.zeros(1, 4, dtype=torch.long), p], 1)
+    mask = torch.tensor([[0] * 4 + [1] * 6])
+    with torch.no_grad():
+        out = prod.forward(m, batch, attention_mask=mask,
+                           positions=posenc.positions_from_mask(mask))
+        torch.testing.assert_close(out[:, 4:], m(p), atol=1e-5, rtol=1e-4)
+
+
+def _pass_loss(model, x, **kw):
+    logits = prod.forward(model, x, **kw)[:, :-1]
+    return F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten(),
+                           reduction="none").view(x.shape[0], -1)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi"])
+def test_stream_with_a_window_equals_the_windowed_pass(models, scheme):
+    x = _tokens(2, 30, 4)
+    with torch.no_grad():
+        want = _pass_loss(models[scheme], x, window=8)
+        for reposition in (False, True):  # a contiguous window: same offsets either way
+            got = prod.stream(models[scheme], x, window=8, reposition=reposition)
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        full = _pass_loss(models[scheme], x)
+        torch.testing.assert_close(prod.stream(models[scheme], x, window=40), full,
+                                   atol=1e-4, rtol=1e-4)
+
+
+def test_stream_with_sinks_original_vs_cache_positions(models):
+    """Before the first eviction both ways agree; after it the sinks are far (original
+    positions) or near (positions in the cache), and the losses differ."""
+    m, x = models["rope"], _tokens(1, 20, 5)
+    with torch.no_grad():
+        orig = prod.stream(m, x, window=6, sinks=2)
+        moved = prod.stream(m, x, window=6, sinks=2, reposition=True)
+    assert orig.shape == moved.shape == (1, 19)
+    torch.testing.assert_close(orig[:, :7], moved[:, :7])  # nothing evicted yet
+    assert (orig[:, 8:] - moved[:, 8:]).abs().max() > 1e-4
+
+
+def test_stream_one_layer_against_a_written_out_reference():
+    """One attention layer, sinks + window at positions in the cache, checked by hand."""
+    torch.manual_seed(1)
+    m = TransformerLM(scheme="rope", dim=16, num_layers=1, num_heads=2).eval()
+    x = _tokens(1, 12, 6)
+    sinks, window = 2, 4
+    with torch.no_grad():
+        got = prod.stream(m, x, window=window, sinks=sinks, reposition=True)
+        want = []
+        for t in range(11):  # the token at t sees sinks 0, 1 and the latest ones
+            keep = list(range(t + 1)) if t < sinks + window else (
+                list(range(sinks)) + list(range(t - window + 1, t + 1)))
+            sub = x[:, keep]  # one layer: the keys depend on the kept tokens only
+            logits = m(sub)[:, -1]  # positions 0 .. len(keep) - 1: positions in the cache
+            want.append(F.cross_entropy(logits, x[:, t + 1]))
+        torch.testing.assert_close(got[0], torch.stack(want), atol=1e-4, rtol=1e-4)
+
+
+def test_rotate_by_composes():
+    inv = posenc.rope_inv_freq(8)[0]
+    k = torch.randn(2, 6, 8)
+    a, d = torch.tensor([5, 9, 30, 2, 7, 100]), torch.tensor([-5, 3, -10, 0, 4, -50])
+    at_a = posenc.apply_rope(k, *posenc.rope_cos_sin(a, inv))
+    torch.testing.assert_close(prod.rotate_by(at_a, d, inv),
+                               posenc.apply_rope(k, *posenc.rope_cos_sin(a + d, inv)),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_first_fit_and_causal_work():
+    rows = prod.first_fit([5, 3, 4, 2, 6], 8)
+    assert rows == [[0, 1], [2, 3], [4]]
+    with pytest.raises(ValueError, match="row_len"):
+        prod.first_fit([9], 8)
+    assert prod.causal_work(16, 2, load_balance=True) == [68, 68]
+    assert prod.causal_work(16, 2, load_balance=False) == [36, 100]
+
+
+def test_bad_input(models):
+    with pytest.raises(ValueError, match="window"):
+        prod.stream(models["rope"], _tokens(1, 4), window=0)
+    with pytest.raises(TypeError, match="TransformerLM"):
+        prod.forward(torch.nn.Linear(2, 2), _tokens(1, 4))
+    with pytest.raises(ValueError, match="one KVCache per block"):
+        prod.forward(models["rope"], _tokens(1, 4), caches=[posenc.KVCache()])
+
+
+def test_two_processes_equal_one():
+    runs = prod.run_sharded(("rope", "alibi", "t5"), world_size=2)
+    for name, parts in runs.items():
+        ref = prod.sharded_reference(name)
+        seen = torch.cat(parts["positions"]).sort().values
+        assert torch.equal(seen, torch.arange(64))  # every position on exactly one rank
+        for pos, out in zip(parts["positions"], parts["outputs"], strict=True):
+            torch.testing.assert_close(out, ref[:, :, pos], atol=1e-5, rtol=1e-4)
