@@ -1,6 +1,6 @@
 """posenc: positional encodings for Transformers, tested against their papers and references.
 
-Sinusoidal (Vaswani et al., 2017), learned absolute, RoPE (Su et al., 2021) and its scaled
+Sinusoidal (Vaswani et al., 2017), learned absolute, RoPE (Su et al., 2024) and its scaled
 variants, ALiBi (Press et al., 2022), T5 relative bias (Raffel et al., 2020) and NoPE, behind
 one attention module that calls each scheme's hooks (embed / rotate / bias).
 

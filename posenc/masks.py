@@ -46,10 +46,10 @@ class Visibility:
         ok = torch.ones_like(m, dtype=torch.bool)
         if self.causal:
             ok = ok & ((n <= m) if self.by_position else (ki <= self.q_slot[qi]))
-        if self.window is not None:
-            ok = ok & (m - n < self.window)
+        if self.window is not None:  # n > m - W: the int sum is [B, Lq, 1], only the test is wide
+            ok = ok & (n > m - self.window)
             if not self.causal:
-                ok = ok & (n - m < self.window)
+                ok = ok & (n < m + self.window)
         if self.q_doc is not None and self.k_doc is not None:
             ok = ok & (self.q_doc[b, qi] == self.k_doc[b, ki])
         if self.key_valid is not None:

@@ -36,18 +36,20 @@ def _check_mask(name: str, mask: object) -> Tensor:
     return mask != 0
 
 
-def positions_from_mask(attention_mask: Tensor) -> Tensor:
-    """Position ids ``[B, L]`` (int64) of a padded batch: ``cumsum(mask) - 1``, padded slots 1.
+def positions_from_mask(attention_mask: Tensor, *, pad_position: int = 0) -> Tensor:
+    """Position ids ``[B, L]`` (int64) of a padded batch: ``cumsum(mask) - 1``, padded slots 0.
 
     ``attention_mask [B, L]`` is 1 (or True) on real tokens, 0 on padding, as in Hugging Face.
-    A left-padded row ``[0, 0, 1, 1, 1]`` gets ``[1, 1, 0, 1, 2]``: its first real token is at
-    position 0, as it would be alone. This is what transformers' ``generate`` computes
-    (``position_ids.masked_fill_(attention_mask == 0, 1)``); the padded slots' value does not
-    matter as long as the padded keys are masked.
+    A left-padded row ``[0, 0, 1, 1, 1]`` gets ``[0, 0, 0, 1, 2]``: its first real token is at
+    position 0, as it would be alone. This is what transformers 5.x's ``generate`` computes
+    (``_prepare_position_ids_for_generation``: ``masked_fill(attention_mask == 0, 0)``; 4.x
+    and a few models fill 1: ``pad_position=1``). The padded slots' value does not matter as
+    long as the padded keys are masked.
     """
     mask = _check_mask("attention_mask", attention_mask)
+    pad_position = check_int("pad_position", pad_position, minimum=0)
     pos = mask.long().cumsum(-1) - 1  # [B, L]
-    return pos.masked_fill(~mask, 1)
+    return pos.masked_fill(~mask, pad_position)
 
 
 def packed_positions(document_ids: Tensor) -> Tensor:

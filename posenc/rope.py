@@ -1,4 +1,4 @@
-"""Rotary position embedding, RoPE (Su et al., 2021, "RoFormer"), and xPos (Sun et al., 2023,
+"""Rotary position embedding, RoPE (Su et al., 2024, "RoFormer", arXiv 2021), and xPos (Sun et al., 2023,
 "A Length-Extrapolatable Transformer", arXiv 2212.10554).
 
 Each pair of query/key channels is rotated by the angle ``pos * theta_i``, so the score
@@ -69,7 +69,7 @@ def rope_cos_sin(
     """``cos`` and ``sin`` of ``positions * inv_freq``, each ``[..., seq, rotary_dim]``.
 
     ``positions`` is ``[seq]`` or ``[B, seq]`` (integers); angles are float32, scaled by
-    ``attention_factor`` (YaRN's temperature) and cast to ``dtype`` at the end.
+    ``attention_factor`` (YaRN's attention factor sqrt(1/t), t its temperature) and cast to ``dtype`` at the end.
     """
     check_positions("positions", positions)
     check_tensor("inv_freq", inv_freq, floating=True)
@@ -313,7 +313,7 @@ class RotaryEmbedding(nn.Module):
     ``forward(q, k, positions=None, offset=0)``: positions default to ``offset + arange(L)``;
     pass ``positions [L]`` or ``[B, L]`` for per-sequence ids (left padding, KV caches), not
     both. q and k may differ in their head count (grouped-query attention), nothing else.
-    ``cos``/``sin``, times the attention factor (YaRN's temperature), are cached in float32 (and,
+    ``cos``/``sin``, times the attention factor (YaRN's sqrt(1/t)), are cached in float32 (and,
     for the interleaved layout, as one complex table) and the cache grows on demand. With an int
     ``offset`` the call slices the cache: no index kernel, no host synchronisation.
 

@@ -1,7 +1,7 @@
 """RoPE inverse frequencies, plain and scaled, in Hugging Face ``rope_parameters`` form.
 
 RoPE rotates channel pair ``i`` of a rotary dim ``d`` by ``pos * theta_i`` with
-``theta_i = base^(-2i/d)`` (RoFormer, Su et al., 2021). Pair ``i`` turns once every
+``theta_i = base^(-2i/d)`` (RoFormer, Su et al., 2024). Pair ``i`` turns once every
 ``2*pi / theta_i`` tokens: its *wavelength*. A model trained on ``L`` tokens has seen the short
 wavelengths turn many times and the longest ones never complete a turn; every context-extension
 method below is a rule for stretching some wavelengths and leaving others alone.
@@ -15,7 +15,8 @@ method below is a rule for stretching some wavelengths and leaving others alone.
 - ``dynamic``: the same base change, with the factor grown from the current sequence length
   (emozilla / bloc97, 2023). Unchanged up to ``max_position_embeddings``.
 - ``yarn``: NTK-by-parts, a linear ramp between extrapolated fast pairs and interpolated slow
-  pairs, plus an attention temperature ``0.1 ln(factor) + 1`` (Peng et al., 2023, "YaRN").
+  pairs, plus the attention factor ``0.1 ln(factor) + 1`` (Peng et al., 2024, "YaRN"), which is
+  ``sqrt(1/t)`` for the paper's softmax temperature ``t``: a factor above 1 is ``t < 1``.
 - ``llama3``: the same by-parts idea with wavelength edges ``L / high_freq_factor`` and
   ``L / low_freq_factor`` (Llama Team, 2024, "The Llama 3 Herd of Models").
 - ``longrope``: one searched rescale factor per pair, a short and a long set

@@ -168,7 +168,11 @@ def test_bib_entries_are_complete():
         if not match:
             continue
         fields = {f.lower() for f in re.findall(r"^\s*(\w+)\s*=", entry, re.MULTILINE)}
-        for field in ("author", "title", "year", "url"):
+        needed = ("author", "title", "year", "url")
+        if match.group(1) == "seedarticle":  # the saved copy of the source article records none
+            assert "records no author, date or address" in entry, "seedarticle: say what is unknown"
+            needed = ("title",)
+        for field in needed:
             assert field in fields, f"{match.group(1)} has no {field}"
         venue = {"journal", "booktitle", "eprint", "howpublished", "institution", "publisher"}
         assert fields & venue, f"{match.group(1)} has no venue"

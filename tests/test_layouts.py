@@ -272,6 +272,17 @@ def test_packed_positions_restart_in_each_document(lengths):
     assert torch.equal(posenc.packed_positions(ids[None].repeat(2, 1)), want[None].repeat(2, 1))
 
 
+def test_positions_from_mask_equals_transformers_generate():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32,
+                                   num_hidden_layers=1, num_attention_heads=2)
+    model = transformers.LlamaForCausalLM(cfg)
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 1]])
+    ids = torch.ones_like(mask)
+    want = model._prepare_position_ids_for_generation(ids, {"attention_mask": mask})
+    assert torch.equal(posenc.positions_from_mask(mask), want)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 6), min_size=2, max_size=2), st.integers(1, 6))
 def test_positions_from_mask_is_what_generate_builds(pads, real):
@@ -279,9 +290,10 @@ def test_positions_from_mask_is_what_generate_builds(pads, real):
     mask = torch.stack([torch.cat([torch.zeros(p, dtype=torch.long), torch.ones(L - p, dtype=torch.long)])
                         for p in pads])
     want = mask.long().cumsum(-1) - 1
-    want.masked_fill_(mask == 0, 1)  # transformers' generate
+    want.masked_fill_(mask == 0, 0)  # transformers 5.x's generate
     got = posenc.positions_from_mask(mask)
     assert torch.equal(got, want)
+    assert torch.equal(posenc.positions_from_mask(mask, pad_position=1), want.masked_fill(mask == 0, 1))
     for b, p in enumerate(pads):
         assert torch.equal(got[b, p:], torch.arange(L - p))
 

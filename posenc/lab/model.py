@@ -168,18 +168,18 @@ class Block(nn.Module):
     def __init__(self, config: ModelConfig, scheme: PositionScheme) -> None:
         super().__init__()
         d = config.dim
-        self.ln1 = nn.LayerNorm(d)
-        self.attn = MultiHeadAttention(d, config.num_heads, scheme=scheme, causal=True)
+        self.ln1 = nn.LayerNorm(d)  # [B, L, d] -> [B, L, d]
+        self.attn = MultiHeadAttention(d, config.num_heads, scheme=scheme, causal=True)  # q, k, v [B, H, L, d / H]
         self.ln2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(
+        self.mlp = nn.Sequential(  # [B, L, d] -> [B, L, mlp_ratio d] -> [B, L, d]
             nn.Linear(d, config.mlp_ratio * d), nn.GELU(), nn.Linear(config.mlp_ratio * d, d)
         )
 
     def forward(self, x: Tensor, positions: Tensor | None, cache: KVCache | None) -> Tensor:
         """``x + attn(LN(x))``, then ``+ mlp(LN(.))``: ``x [B, L, dim]`` in, ``[B, L, dim]`` out;
         ``positions`` and ``cache`` go to the attention layer unchanged."""
-        x = x + self.attn(self.ln1(x), positions=positions, cache=cache)
-        return x + self.mlp(self.ln2(x))
+        x = x + self.attn(self.ln1(x), positions=positions, cache=cache)  # [B, L, dim]
+        return x + self.mlp(self.ln2(x))  # [B, L, dim]: [B, L, 4 dim] inside the MLP
 
 
 class TransformerLM(nn.Module):

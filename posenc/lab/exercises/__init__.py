@@ -81,9 +81,9 @@ def compare(got: Any, want: Tensor, *, what: str = "the result", atol: float = 1
         return say(lang, en=f"{what} should be a torch.Tensor, got {name}",
                    zh=f"{what}应当是 torch.Tensor，得到的是 {name}")
     if got.shape != want.shape:
-        g, w = tuple(got.shape), tuple(want.shape)
-        return say(lang, en=f"{what} has shape {g}, expected {w}",
-                   zh=f"{what}的形状是 {g}，应为 {w}")
+        gs, ws = tuple(got.shape), tuple(want.shape)
+        return say(lang, en=f"{what} has shape {gs}, expected {ws}",
+                   zh=f"{what}的形状是 {gs}，应为 {ws}")
     if not got.is_floating_point() and want.is_floating_point():
         return say(lang, en=f"{what} has dtype {got.dtype}, expected a float tensor",
                    zh=f"{what}的 dtype 是 {got.dtype}，应为浮点张量")
