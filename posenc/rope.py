@@ -69,7 +69,8 @@ def rope_cos_sin(
     """``cos`` and ``sin`` of ``positions * inv_freq``, each ``[..., seq, rotary_dim]``.
 
     ``positions`` is ``[seq]`` or ``[B, seq]`` (integers); angles are float32, scaled by
-    ``attention_factor`` (YaRN's attention factor sqrt(1/t), t its temperature) and cast to ``dtype`` at the end.
+    ``attention_factor`` (YaRN's attention factor sqrt(1/t), t its temperature) and cast to
+    ``dtype`` at the end.
     """
     check_positions("positions", positions)
     check_tensor("inv_freq", inv_freq, floating=True)

@@ -169,7 +169,8 @@ class Block(nn.Module):
         super().__init__()
         d = config.dim
         self.ln1 = nn.LayerNorm(d)  # [B, L, d] -> [B, L, d]
-        self.attn = MultiHeadAttention(d, config.num_heads, scheme=scheme, causal=True)  # q, k, v [B, H, L, d / H]
+        # q, k, v [B, H, L, d / H] inside; [B, L, d] in and out
+        self.attn = MultiHeadAttention(d, config.num_heads, scheme=scheme, causal=True)
         self.ln2 = nn.LayerNorm(d)
         self.mlp = nn.Sequential(  # [B, L, d] -> [B, L, mlp_ratio d] -> [B, L, d]
             nn.Linear(d, config.mlp_ratio * d), nn.GELU(), nn.Linear(config.mlp_ratio * d, d)
