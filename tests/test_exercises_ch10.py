@@ -15,7 +15,7 @@ from posenc.lab.exercises.ch10 import (
 
 def positions(mask):
     mask = mask.long()
-    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
 
 
 def shard(seq_len, rank, world):
@@ -50,7 +50,7 @@ def test_accept_the_solutions(capsys):
 def test_positions_slips(capsys):
     check = check_positions_from_mask
     _rejects(check, lambda m: torch.arange(m.shape[1]).expand(m.shape), capsys, "arange(L)")
-    _rejects(check, lambda m: m.long().cumsum(-1) - 1, capsys, "padded slots should hold 1")
+    _rejects(check, lambda m: m.long().cumsum(-1) - 1, capsys, "padded slots should hold 0")
     _rejects(check, lambda m: positions(m) + m.long(), capsys, "off by one")
     _rejects(check, lambda m: positions(m).float(), capsys, "integers")
     _rejects(check, lambda m: positions(m)[:, 1:], capsys, "shape")
@@ -105,7 +105,7 @@ def test_answers_in_chinese(capsys):
     cases = [
         (check_positions_from_mask, lambda m: torch.arange(m.shape[1]).expand(m.shape),
          "arange(L)"),
-        (check_positions_from_mask, lambda m: m.long().cumsum(-1) - 1, "填充位置应当是 1"),
+        (check_positions_from_mask, lambda m: m.long().cumsum(-1) - 1, "填充位置应当是 0"),
         (check_shard_positions,
          lambda n, r, w: posenc.shard_positions(n, r, w, load_balance=False), "连续切块"),
         (check_rerotate, lambda k, d, b: rerotate(k, d, b, sign=-1.0), "转了 -delta"),

@@ -41,7 +41,7 @@ _MASKS = [
 def check_positions_from_mask(fn: Callable[[Tensor], Tensor], *, lang: str = "en") -> bool:
     """``fn(attention_mask) -> positions``: ``attention_mask [B, L]`` is 1 (or True) on real
     tokens and 0 on left padding; each real token gets its index among the real tokens of its
-    row, a padded slot gets 1 (as transformers' ``generate``). Compared with
+    row, a padded slot gets 0 (as the ``generate`` of transformers 5). Compared with
     ``posenc.positions_from_mask``; the verdict in ``lang`` (``"en"`` or ``"zh"``)."""
     check_lang(lang)
     for mask in _MASKS:
@@ -64,11 +64,13 @@ def check_positions_from_mask(fn: Callable[[Tensor], Tensor], *, lang: str = "en
         real = mask.bool()
         g = got.long()
         if torch.equal(g[real], want[real]):
-            hint = say(lang, en="the real tokens are right; the padded slots should hold 1, as "
-                       "transformers' generate fills them (masked_fill(mask == 0, 1)); their "
-                       "value never reaches a real token, but keep the convention",
-                       zh="真实词元的位置是对的；填充位置应当是 1，与 transformers 的 generate 一致"
-                       "（masked_fill(mask == 0, 1)）；它们的值不会影响真实词元，但请遵守这个约定")
+            hint = say(lang, en="the real tokens are right; the padded slots should hold 0, as "
+                       "the generate of transformers 5 fills them (masked_fill(mask == 0, 0); "
+                       "version 4 filled 1); their value never reaches a real token, but keep "
+                       "the convention",
+                       zh="真实词元的位置是对的；填充位置应当是 0，与 transformers 5 的 generate 一致"
+                       "（masked_fill(mask == 0, 0)；第 4 版填的是 1）；它们的值不会影响真实词元，"
+                       "但请遵守这个约定")
         elif torch.equal(g[real], want[real] + 1):
             hint = say(lang, en="off by one: the first real token of a row is at position 0 "
                        "(cumsum(mask) - 1)",
