@@ -151,6 +151,7 @@ def test_configs_in_step():
     paths = {"language", "html_static_path", "intersphinx_mapping"}
     paths |= {"nb_code_prompt_show", "nb_code_prompt_hide"}  # the fold toggle's words
     paths |= {"togglebutton_hint", "togglebutton_hint_hide"}  # the dropdowns' words
+    paths |= {"ogp_image_alt"}  # the social card's alt text, in each language
     en_config = {k: v for k, v in en["sphinx"]["config"].items() if k not in paths}
     zh_config = {k: v for k, v in zh["sphinx"]["config"].items() if k not in paths}
     assert zh_config == en_config
