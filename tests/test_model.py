@@ -100,3 +100,24 @@ def test_bad_input():
         TransformerLM(ModelConfig(), dim=32)
     with pytest.raises(ValueError, match="one KVCache per block"):
         model(torch.zeros(1, 4, dtype=torch.long), caches=[KVCache()])
+
+
+def test_the_model_takes_a_padded_and_a_packed_batch():
+    """Issue 15 through the lab model: a left-padded batch and a packed row give the logits of
+    each sequence alone."""
+    import posenc
+
+    for scheme in ("rope", "alibi", "sinusoidal"):
+        torch.manual_seed(0)
+        model = TransformerLM(scheme=scheme, dim=32, num_heads=4, num_layers=2, vocab_size=30).eval()
+        a, b = torch.randint(1, 30, (1, 7)), torch.randint(1, 30, (1, 4))
+        with torch.no_grad():
+            batch = torch.cat([a, torch.cat([torch.zeros(1, 3, dtype=torch.long), b], 1)])
+            mask = torch.tensor([[1] * 7, [0] * 3 + [1] * 4])
+            out = model(batch, positions=posenc.positions_from_mask(mask), attention_mask=mask)
+            torch.testing.assert_close(out[0], model(a)[0], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out[1, 3:], model(b)[0], atol=1e-5, rtol=1e-5)
+            row = torch.cat([a, b], 1)
+            docs = torch.tensor([[0] * 7 + [1] * 4])
+            out = model(row, document_ids=docs)
+            torch.testing.assert_close(out[:, 7:], model(b), atol=1e-5, rtol=1e-5)

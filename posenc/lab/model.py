@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from .._checks import check_float, check_int, check_positions, check_tensor, is_compiling
 from ..attention import KVCache, MultiHeadAttention
+from ..positions import packed_positions
 from ..schemes import SCHEMES, PositionScheme, RoPE, make_scheme
 from ..temperature import llama4_attn_scale
 
@@ -176,10 +177,13 @@ class Block(nn.Module):
             nn.Linear(d, config.mlp_ratio * d), nn.GELU(), nn.Linear(config.mlp_ratio * d, d)
         )
 
-    def forward(self, x: Tensor, positions: Tensor | None, cache: KVCache | None) -> Tensor:
+    def forward(
+        self, x: Tensor, positions: Tensor | None, cache: KVCache | None, **visibility: Tensor | None
+    ) -> Tensor:
         """``x + attn(LN(x))``, then ``+ mlp(LN(.))``: ``x [B, L, dim]`` in, ``[B, L, dim]`` out;
-        ``positions`` and ``cache`` go to the attention layer unchanged."""
-        x = x + self.attn(self.ln1(x), positions=positions, cache=cache)  # [B, L, dim]
+        ``positions``, ``cache`` and ``attention_mask`` / ``document_ids`` go to the attention
+        layer unchanged."""
+        x = x + self.attn(self.ln1(x), positions=positions, cache=cache, **visibility)  # [B, L, dim]
         return x + self.mlp(self.ln2(x))  # [B, L, dim]: [B, L, 4 dim] inside the MLP
 
 
@@ -237,6 +241,8 @@ class TransformerLM(nn.Module):
         *,
         positions: Tensor | None = None,
         caches: list[KVCache] | None = None,
+        attention_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         """Logits ``[B, L, vocab_size]`` (the parameters' dtype) for ``tokens [B, L]``
         (integers in ``[0, vocab_size)``).
@@ -244,7 +250,10 @@ class TransformerLM(nn.Module):
         ``positions`` (``[L]`` or ``[B, L]``, non-negative integers) default to ``arange(L)``
         after whatever the ``caches`` (one :class:`~posenc.cache.KVCache` per block) already
         hold; the caches are extended in place, so decoding token by token gives the logits of
-        one full pass.
+        one full pass. ``attention_mask [B, T]`` (1 = real token, cached plus new) and
+        ``document_ids [B, L]`` (packed rows; positions then restart per document) go to every
+        attention layer (:func:`~posenc.attention.attend`); give ``positions`` from
+        :func:`~posenc.positions.positions_from_mask` with a left-padded batch.
 
         Raises:
             TypeError: ``tokens`` is not an integer tensor ``[B, L]``, ``positions`` not an
@@ -273,12 +282,16 @@ class TransformerLM(nn.Module):
         given = positions  # None: attention keeps its default positions (and cached masks)
         if positions is None:
             L = tokens.shape[1]
-            positions = (caches[0].next_positions(L, tokens.device) if caches
-                         else torch.arange(L, device=tokens.device))  # [L]
+            if document_ids is not None and not caches:
+                positions = packed_positions(document_ids)  # [B, L]: what attention will use
+            else:
+                positions = (caches[0].next_positions(L, tokens.device) if caches
+                             else torch.arange(L, device=tokens.device))  # [L]
         check_positions("positions", positions)
         x = self.scheme.embed(self.embed(tokens), positions)  # [B, L, D]
         for i, block in enumerate(self.blocks):
-            x = block(x, given, caches[i] if caches else None)
+            x = block(x, given, caches[i] if caches else None,
+                      attention_mask=attention_mask, document_ids=document_ids)
         return self.ln_f(x) @ self.embed.weight.T  # [B, L, vocab]
 
     def loss(self, tokens: Tensor, targets: Tensor, *, reduction: str = "mean") -> Tensor:
