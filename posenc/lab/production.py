@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +33,9 @@ from torch import Tensor
 import posenc
 from posenc.attention import MultiHeadAttention
 from posenc.cache import KVCache
+from posenc.schemes import PositionScheme
 
-from .model import TransformerLM
+from .model import Block, TransformerLM
 
 __all__ = [
     "forward", "stream", "rotate_by", "first_fit", "causal_work", "shard_worker",
@@ -80,7 +82,8 @@ def forward(
         else:
             embed_pos = torch.arange(L, device=tokens.device)
     x = model.scheme.embed(model.embed(tokens), embed_pos)  # [B, L, D]
-    for i, block in enumerate(model.blocks):
+    for i, blk in enumerate(model.blocks):
+        block = cast(Block, blk)
         x = x + _attention(
             block.attn, block.ln1(x), positions=positions, attention_mask=attention_mask,
             document_ids=document_ids, window=window, cache=caches[i] if caches else None,
@@ -177,7 +180,8 @@ def causal_work(seq_len: int, world_size: int, *, load_balance: bool) -> list[in
 
 def _inputs(seq_len: int, heads: int, head_dim: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, heads, seq_len, head_dim, generator=gen) for _ in range(3))
+    q, k, v = (torch.randn(1, heads, seq_len, head_dim, generator=gen) for _ in range(3))
+    return q, k, v
 
 
 def _scheme(name: str, heads: int, head_dim: int, seed: int) -> posenc.PositionScheme:
@@ -202,8 +206,8 @@ def shard_worker(rank: int, world_size: int, scheme_name: str, seq_len: int = 64
     q, k, v = _inputs(seq_len, heads, head_dim, seed)  # every rank could build all; it keeps
     pos = posenc.shard_positions(seq_len, rank, world_size)  # only its shard
     q, k, v = q[:, :, pos], k[:, :, pos], v[:, :, pos]  # [1, H, L / W, Dh]
-    scheme = _scheme(scheme_name, heads, head_dim, seed)
-    if scheme_name == "rope":  # rotate the local queries and keys by their global positions
+    scheme: PositionScheme | None = _scheme(scheme_name, heads, head_dim, seed)
+    if scheme_name == "rope" and scheme is not None:  # rotate by their global positions
         q, k = scheme.rotate(q, k, pos)
         scheme = None  # already rotated: attention only needs the positions for causality
     gathered = [[torch.empty_like(t) for _ in range(world_size)] for t in (k, v, pos)]
