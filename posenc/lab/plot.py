@@ -31,7 +31,8 @@ WIDTH = 6.4  # inches; 640 px at 100 dpi
 HEIGHT = 3.6
 DPI = 100
 SAVE_DPI = 200
-"""Resolution of saved and inline figures: twice :data:`DPI`, sharp on a high-density screen."""
+"""Dots per inch of saved and inline figures, twice ``DPI``, so they stay sharp on a
+high-density screen."""
 FONT_SIZE = 13
 
 BOOK_STYLE: dict[str, Any] = {
