@@ -92,11 +92,13 @@ def forward(
     return model.ln_f(x) @ model.embed.weight.T  # [B, L, vocab]
 
 
-def rotate_by(x: Tensor, delta: Tensor, inv_freq: Tensor) -> Tensor:
-    """Rotate ``x [..., T, Dh]`` (interleaved pairs), already rotated to some positions, by
-    ``delta [T]`` more positions (any sign): ``R(a) R(delta) = R(a + delta)``."""
-    cos, sin = posenc.rope_cos_sin(delta.abs(), inv_freq)  # [T, Dh]
-    return posenc.apply_rope(x, cos, sin * delta.sign()[:, None].to(sin.dtype))
+def rotate_by(x: Tensor, delta: Tensor, inv_freq: Tensor, *, interleaved: bool = True) -> Tensor:
+    """Rotate ``x [..., T, Dh]``, already rotated to some positions, by ``delta [T]`` more
+    positions (any sign): ``R(a) R(delta) = R(a + delta)``. Positions are never negative in
+    posenc, so a backward turn is the forward one with ``sin`` negated."""
+    cos, sin = posenc.rope_cos_sin(delta.abs(), inv_freq, interleaved=interleaved)  # [T, Dh]
+    sin = sin * delta.sign()[:, None].to(sin.dtype)
+    return posenc.apply_rope(x, cos, sin, interleaved=interleaved)
 
 
 def stream(

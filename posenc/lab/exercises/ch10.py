@@ -12,6 +12,7 @@ from torch import Tensor
 
 import posenc
 
+from ..production import rotate_by
 from . import attempt, check_lang, compare, say, verdict
 
 __all__ = ["check_positions_from_mask", "check_shard_positions", "check_rerotate"]
@@ -149,9 +150,7 @@ def check_shard_positions(fn: Callable[[int, int, int], Tensor], *, lang: str = 
 
 def _rot(x: Tensor, positions: Tensor, base: float, *, interleaved: bool = True) -> Tensor:
     inv = posenc.rope_inv_freq(x.shape[-1], base=base)[0]
-    sign = positions.sign().to(torch.float32)
-    cos, sin = posenc.rope_cos_sin(positions.abs(), inv, interleaved=interleaved)
-    return posenc.apply_rope(x, cos, sin * sign[:, None], interleaved=interleaved)
+    return rotate_by(x, positions, inv, interleaved=interleaved)
 
 
 def check_rerotate(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str = "en") -> bool:
