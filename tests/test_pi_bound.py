@@ -11,6 +11,7 @@ from posenc.lab.pi_bound import (
     pi_bound_study,
     score_freqs,
     scores,
+    truncated_fit,
 )
 
 
@@ -61,6 +62,43 @@ def test_study_measures_what_it_says():
     assert r["interp_error"] <= r["bound_pairs"]
     assert r["interpolated"] <= r["trained"] + r["interp_error"] + 1e-12
     assert fit_scores(seed=3)[0].equal(fit_scores(seed=3)[0])  # seeded
+
+
+def test_truncated_fit_is_the_pseudo_inverse_at_the_cutoff():
+    from posenc.lab.pi_bound import _basis
+
+    h, rank = truncated_fit(rcond=1e-4, seed=1)
+    _, s, y = fit_scores(seed=1)
+    basis = _basis(s, score_freqs(128))
+    u, sigma, vh = torch.linalg.svd(basis, full_matrices=False)
+    keep = sigma > 1e-4 * sigma[0]
+    w = vh[keep].T @ ((u[:, keep].T @ y) / sigma[keep])
+    assert rank == int(keep.sum()) == 72
+    torch.testing.assert_close(torch.cat([h.real, h.imag]), w, rtol=1e-9, atol=1e-9)
+
+
+def test_truncated_fit_is_the_same_under_any_thread_count():
+    before = torch.get_num_threads()
+    try:
+        runs = []
+        for threads in (1, 2, 1):
+            torch.set_num_threads(threads)
+            runs.append(truncated_fit(rcond=1e-8, seed=0)[0])
+    finally:
+        torch.set_num_threads(before)
+    for h in runs[1:]:
+        torch.testing.assert_close(h, runs[0], rtol=1e-9, atol=1e-9)
+
+
+def test_truncated_fit_refuses_a_cutoff_next_to_a_singular_value():
+    from posenc.lab.pi_bound import _basis
+
+    _, s, _ = fit_scores(seed=0)
+    sigma = torch.linalg.svdvals(_basis(s, score_freqs(128)))
+    with pytest.raises(ValueError, match="rounding"):
+        truncated_fit(rcond=float(sigma[75] / sigma[0]) * 1.05, seed=0)
+    with pytest.raises(ValueError, match="rcond"):
+        truncated_fit(rcond=0.0)
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,16 @@ Nothing bounds the second.
 
 The fit is badly conditioned (the curves of neighbouring pairs look alike on ``[0, L]``), so what
 the fitted curve does past ``L`` depends on how the fit is solved; :func:`fit_scores` solves it
-with an explicit ridge penalty through the SVD, so that dependence is one visible number. All of
-it runs in float64 on the CPU: it is a few hundred by 128 least-squares problem.
+with an explicit ridge penalty through the SVD, and :func:`truncated_fit` with a truncated SVD
+at an explicit cutoff, so that dependence is one visible number. All of it runs in float64 on
+the CPU: it is a few hundred by 128 least-squares problem.
+
+Never leave the solver to choose: ``torch.linalg.lstsq``'s default CPU driver (``gelsy``)
+estimates the rank from a pivoted QR factorisation, and on this problem, whose singular values
+fall without a clear gap, the estimate changes with the process and the number of threads (the
+same seed has given a largest ``|a|`` past ``L`` below 1 in one process and above ``10 ** 7`` in
+the next). An SVD cutoff that no singular value comes near is decided the same way every time;
+:func:`truncated_fit` refuses a cutoff that a singular value comes within 20 % of.
 """
 
 from __future__ import annotations
@@ -27,7 +35,14 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["score_freqs", "scores", "fit_scores", "interpolation_bounds", "pi_bound_study"]
+__all__ = [
+    "score_freqs",
+    "scores",
+    "fit_scores",
+    "truncated_fit",
+    "interpolation_bounds",
+    "pi_bound_study",
+]
 
 
 def _check(head_dim: int, base: float) -> None:
@@ -85,6 +100,37 @@ def fit_scores(
     w = vh.T @ (sigma / (sigma**2 + ridge) * (u.T @ y))
     half = head_dim // 2
     return torch.complex(w[:half], w[half:]), s, y
+
+
+def truncated_fit(
+    *,
+    rcond: float,
+    head_dim: int = 128,
+    base: float = 10_000.0,
+    train_len: int = 2048,
+    num_points: int = 200,
+    seed: int = 0,
+) -> tuple[Tensor, int]:
+    """The same fit as :func:`fit_scores` (same offsets and targets for a seed), solved by a
+    truncated SVD instead of a ridge: ``torch.linalg.lstsq`` with the ``gelsd`` driver in
+    float64 and the explicit cutoff ``rcond``, which drops the directions whose singular value is
+    below ``rcond`` times the largest. Returns ``(h, rank)``, the rank being how many directions
+    were kept. Raises ``ValueError`` when a singular value lies within 20 % of the cutoff: there
+    rounding, and so the process and the thread count, would decide the rank."""
+    if not 0 < rcond < 1:
+        raise ValueError(f"rcond must be in (0, 1) (a cutoff the solver does not choose), got {rcond!r}")
+    _, s, y = fit_scores(head_dim=head_dim, base=base, train_len=train_len,
+                         num_points=num_points, seed=seed)
+    basis = _basis(s, score_freqs(head_dim, base))
+    sigma = torch.linalg.svdvals(basis)
+    ratio = sigma / (rcond * sigma[0])
+    if ((ratio > 1 / 1.2) & (ratio < 1.2)).any():
+        raise ValueError(f"rcond={rcond!r} lies within 20 % of a singular value of the fit "
+                         f"(seed {seed}): the rank it keeps would be decided by rounding")
+    sol = torch.linalg.lstsq(basis, y[:, None], rcond=rcond, driver="gelsd")
+    w = sol.solution[:, 0]
+    half = head_dim // 2
+    return torch.complex(w[:half], w[half:]), int(sol.rank)
 
 
 def interpolation_bounds(h: Tensor, *, base: float = 10_000.0) -> dict[str, float]:
