@@ -135,3 +135,75 @@ def test_two_processes_equal_one():
         assert torch.equal(seen, torch.arange(64))  # every position on exactly one rank
         for pos, out in zip(parts["positions"], parts["outputs"], strict=True):
             torch.testing.assert_close(out, ref[:, :, pos], atol=1e-5, rtol=1e-4)
+
+
+def _stream_moving_every_key(model, x, *, window, sinks):
+    """StreamingLLM's bookkeeping written out: after each step every kept key moves to its
+    slot in the cache (RoPE keys re-rotated by their delta), the query sits at the next slot."""
+    caches = [posenc.KVCache() for _ in model.blocks]
+    size, logits = sinks + window, []
+    for t in range(x.shape[1]):
+        held = len(caches[0])
+        pos = torch.tensor([held])
+        logits.append(prod.forward(model, x[:, t:t + 1], positions=pos, caches=caches)[:, 0])
+        if held + 1 < size:
+            continue
+        keep, delta = prod.streaming_keep(held + 1, sinks, window - 1)
+        for block, cache in zip(model.blocks, caches, strict=True):
+            cache.evict(keep)
+            rope = getattr(block.attn.scheme, "rotary", None)
+            if rope is not None:
+                cache.k = prod.rotate_by(cache.k, delta, rope.inv_freq)
+            cache.positions = torch.arange(len(keep)).expand(x.shape[0], -1).clone()
+    out = torch.stack(logits[:-1], dim=1)
+    return F.cross_entropy(out.flatten(0, 1), x[:, 1:].flatten(),
+                           reduction="none").view(x.shape[0], -1)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi"])
+def test_moving_only_the_sinks_equals_moving_every_key(models, scheme):
+    """Positions in the cache: re-rotating the sinks alone (from a pristine copy, by the total
+    shift) gives the offsets, hence the losses, of moving every kept key down each step."""
+    x = _tokens(2, 40, 7)
+    with torch.no_grad():
+        got = prod.stream(models[scheme], x, window=6, sinks=3, reposition=True)
+        want = _stream_moving_every_key(models[scheme], x, window=6, sinks=3)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_streaming_keep():
+    keep, delta = prod.streaming_keep(10, 2, 4)
+    assert keep.tolist() == [0, 1, 6, 7, 8, 9]
+    assert delta.tolist() == [0, 0, -4, -4, -4, -4]
+    keep, delta = prod.streaming_keep(5, 2, 4)  # fits: nothing moves
+    assert keep.tolist() == list(range(5)) and delta.tolist() == [0] * 5
+    keep, delta = prod.streaming_keep(7, 0, 3)
+    assert keep.tolist() == [4, 5, 6] and delta.tolist() == [-4, -4, -4]
+    with pytest.raises(ValueError, match="window"):
+        prod.streaming_keep(5, 1, 0)
+
+
+def test_reposition_refuses_an_absolute_scheme(models):
+    with pytest.raises(ValueError, match="relative scheme"):
+        prod.stream(models["sinusoidal"], _tokens(1, 8), window=4, sinks=1, reposition=True)
+
+
+def test_bf16_keys_drift_when_re_rotated_step_by_step():
+    """Moving a bf16 key down one position at a time rounds at every step and drifts; one
+    rotation from a pristine copy by the total shift rounds once."""
+    gen = torch.Generator().manual_seed(0)
+    inv = posenc.rope_inv_freq(16)[0]
+    raw = torch.randn(4, 32, 16, generator=gen, dtype=torch.float64)
+    start, one = torch.full((32,), 1000), torch.ones(32, dtype=torch.long)
+
+    def exact(p):
+        return posenc.apply_rope(raw, *posenc.rope_cos_sin(p, inv.double()))
+
+    k = exact(start).to(torch.bfloat16)
+    for _ in range(256):
+        k = prod.rotate_by(k, -one, inv)
+    want = exact(start - 256)
+    drift = ((k.double() - want).norm() / want.norm()).item()
+    once = prod.rotate_by(exact(start).to(torch.bfloat16), -256 * one, inv)
+    single = ((once.double() - want).norm() / want.norm()).item()
+    assert drift > 0.05 and single < 0.005, (drift, single)

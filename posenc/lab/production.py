@@ -6,7 +6,10 @@ served and trained models run, with a visibility rule, a streaming cache, packed
   own ``forward`` takes positions and caches only);
 - :func:`stream`: token-by-token decoding with a cache that keeps a few *sink* tokens and a
   sliding window (Xiao et al., 2024, StreamingLLM), keys keeping their original positions or
-  taking positions inside the cache;
+  taking StreamingLLM's positions inside the cache; in the second case only the sinks are
+  re-rotated, each step from a copy that is never overwritten, by their total shift
+  (:func:`streaming_keep` gives StreamingLLM's own bookkeeping: the slots kept and how far each
+  key moves);
 - :func:`rotate_by`: turn rotated keys by a further ``delta`` positions (negative allowed);
 - :func:`first_fit` and :func:`causal_work`: packing documents into rows, and the causal work
   of each rank under context parallelism;
@@ -14,7 +17,6 @@ served and trained models run, with a visibility rule, a streaming cache, packed
   gloo) of attention over a sequence sharded in the head-tail layout; ``python -m
   posenc.lab.production --world-size 2 --out FILE`` starts it.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -38,7 +40,7 @@ from posenc.schemes import PositionScheme
 from .model import Block, TransformerLM
 
 __all__ = [
-    "forward", "stream", "rotate_by", "first_fit", "causal_work", "shard_worker",
+    "forward", "stream", "streaming_keep", "rotate_by", "first_fit", "causal_work", "shard_worker",
     "run_sharded", "sharded_reference",
 ]
 
@@ -101,6 +103,23 @@ def rotate_by(x: Tensor, delta: Tensor, inv_freq: Tensor, *, interleaved: bool =
     return posenc.apply_rope(x, cos, sin, interleaved=interleaved)
 
 
+def streaming_keep(length: int, sinks: int, window: int) -> tuple[Tensor, Tensor]:
+    """StreamingLLM's eviction for a cache of ``length`` keys at positions ``0 .. length - 1``
+    inside the cache: keep the first ``sinks`` keys and the latest ``window``; the kept keys
+    take positions ``0 .. len(keep) - 1``. Returns ``(keep, delta)``, both int64 ``[K]``: the
+    slots kept and each kept key's change of position (new minus old, ``<= 0``). Nothing is
+    evicted (``delta`` all 0) while ``length <= sinks + window``."""
+    if window < 1 or sinks < 0 or length < 0:
+        raise ValueError(
+            f"length and sinks must be >= 0 and window >= 1, got {length}, {sinks}, {window}"
+        )
+    if length <= sinks + window:
+        keep = torch.arange(length)
+    else:
+        keep = torch.cat([torch.arange(sinks), torch.arange(length - window, length)])
+    return keep, torch.arange(len(keep)) - keep
+
+
 def stream(
     model: TransformerLM,
     tokens: Tensor,
@@ -114,36 +133,53 @@ def stream(
     ``[B, L - 1]`` (nats) of predicting ``tokens[:, 1:]``.
 
     ``reposition=False``: every key keeps the position it was seen at, so the query at step
-    ``t`` has position ``t``. ``reposition=True`` (StreamingLLM): positions are the slots of
-    the cache, ``0 .. sinks + window - 1``; after each eviction the kept keys move down, RoPE
-    keys are rotated by the change (:func:`rotate_by`) and bias schemes read the new positions.
+    ``t`` has position ``t``. ``reposition=True``: StreamingLLM's positions inside the cache,
+    ``0 .. sinks + window - 1``, for relative schemes (RoPE, ALiBi, T5), which see only offsets.
+    StreamingLLM moves every kept key down each step; the same offsets come from leaving the
+    window at its original positions (a window is contiguous) and moving only the sinks, to
+    ``t - (sinks + window - 1) + j`` for sink ``j``. So only the sinks' keys are re-rotated,
+    each step from a copy taken when they were cached and never overwritten, by their total
+    shift: ``sinks`` rotations per step, and no rounding that accumulates step after step.
     """
     if not isinstance(model, TransformerLM):
         raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
-    size = sinks + window
     if window < 1 or sinks < 0:
         raise ValueError(f"window must be >= 1 and sinks >= 0, got {window} and {sinks}")
-    rope = getattr(model.scheme, "rotary", None)
+    if reposition and type(model.scheme).embed is not PositionScheme.embed:
+        raise ValueError(
+            f"reposition=True needs a relative scheme (rope, alibi, t5), got {model.scheme.name!r}:"
+            " an absolute position is mixed into every layer and cannot be moved"
+        )
+    size = sinks + window
+    rotaries = [getattr(cast(Block, b).attn.scheme, "rotary", None) for b in model.blocks]
     caches = [KVCache() for _ in model.blocks]
+    pristine: list[Tensor] = []  # per layer: the sinks' keys as first cached, never overwritten
     B, L = tokens.shape
     device = tokens.device
     logits = []
     for t in range(L):
-        held = len(caches[0])
-        pos = torch.tensor([held if reposition else t], device=device)
+        pos = torch.tensor([t], device=device)
         logits.append(forward(model, tokens[:, t:t + 1], positions=pos, caches=caches)[:, 0])
-        if held + 1 < size:
+        if len(caches[0]) < size:
             continue
-        keep = torch.cat([torch.arange(sinks), torch.arange(held + 2 - size + sinks, held + 1)])
-        for cache in caches:
+        keep, _ = streaming_keep(len(caches[0]), sinks, window - 1)  # room for the next token
+        shift = t + 2 - size  # the sinks' move, so the next query (t + 1) sits at size - 1
+        for i, cache in enumerate(caches):
             cache.evict(keep.to(device))
-            if reposition:
-                assert cache.positions is not None and cache.k is not None
-                new = torch.arange(size - 1, device=device)
-                delta = new - cache.positions[0]  # [T]: every row has the same positions
-                if rope is not None:
-                    cache.k = rotate_by(cache.k, delta, rope.inv_freq)
-                cache.positions = new.expand(B, -1).clone()
+            if not (reposition and sinks):
+                continue
+            assert cache.k is not None and cache.positions is not None
+            if len(pristine) <= i:
+                pristine.append(cache.k[:, :, :sinks].clone())
+            k_sinks = pristine[i]
+            rope = rotaries[i]
+            if rope is not None:  # one rotation from the pristine copy, by the total shift
+                moved = torch.full((sinks,), shift, device=device)
+                k_sinks = rotate_by(k_sinks, moved, rope.inv_freq, interleaved=rope.interleaved)
+            cache.k = torch.cat([k_sinks, cache.k[:, :, sinks:]], dim=2)
+            sink_pos = torch.arange(sinks, device=device) + shift
+            cache.positions = torch.cat(
+                [sink_pos.expand(B, -1), cache.positions[:, sinks:]], dim=1)
     out = torch.stack(logits[:-1], dim=1).float()  # [B, L - 1, vocab]
     return F.cross_entropy(out.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none").view(B, L - 1)
 
