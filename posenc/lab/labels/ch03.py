@@ -33,6 +33,11 @@ LABELS = {
         "cast": "float32, cast (posenc)",
         "in_float16": "in float16",
         "in_bfloat16": "in bfloat16",
+        "base": "base",
+        "width_d": "d = {d}",
+        "normalised_dot": "f(k) / f(0)",
+        "explore_offset": "f(k) / f(0) against the offset k for d = 128 and d = 32; "
+                          "a slider sets the base",
     },
     "zh": {
         "position": "位置",
@@ -66,5 +71,10 @@ LABELS = {
         "cast": "float32 计算后转换（posenc）",
         "in_float16": "直接用 float16 计算",
         "in_bfloat16": "直接用 bfloat16 计算",
+        "base": "基数",
+        "width_d": "d = {d}",
+        "normalised_dot": "f(k) / f(0)",
+        "explore_offset": "d = 128 与 d = 32 时 f(k) / f(0) 随偏移量 k 的变化；"
+                          "滑块调节基数",
     },
 }

@@ -30,6 +30,12 @@ LABELS = {
         "bf16_eps": "bf16 eps",
         "max_error": "max error of cos, sin",
         "bf16_title": "RoPE tables in bfloat16, d = 128",
+        "base": "base",
+        "distance": "distance |n − m|",
+        "reference_base": "base 10 000 (figure above)",
+        "bound_d_base": "relative upper bound, d = {d}",
+        "explore_decay": "RoFormer's relative upper bound against the distance, d = 128; "
+                         "a slider sets the base",
     },
     "zh": {
         "channel_0": "维度 0",
@@ -60,5 +66,10 @@ LABELS = {
         "bf16_eps": "bf16 机器精度",
         "max_error": "cos、sin 的最大误差",
         "bf16_title": "bfloat16 下的 RoPE 表，d = 128",
+        "base": "基数",
+        "distance": "距离 |n − m|",
+        "reference_base": "基数 10 000（上图）",
+        "bound_d_base": "相对上界，d = {d}",
+        "explore_decay": "d = 128 时 RoFormer 相对上界随距离的变化；滑块调节基数",
     },
 }

@@ -1,0 +1,364 @@
+"""Explorable figures: a static figure's interactive twin, drawn by Plotly from precomputed frames.
+
+A chapter computes every number with ``posenc`` for each value of the control (the base, the
+width, ...), exactly as it computes its static figure, and hands the frames to :func:`explorable`.
+The result is a Plotly figure whose slider (or drop-down menu) swaps in the precomputed data with
+Plotly's own ``update`` method: nothing of the mathematics is written in JavaScript, and the figure
+needs no kernel. It renders
+
+- on the book's site (Jupyter Book 1 / myst-nb write the output's ``text/html``): Plotly's
+  JavaScript is loaded once per page by this module's Sphinx extension (``setup`` below, listed in
+  ``_config.yml``), from the CDN like MathJax, or from the installed ``plotly`` package when the
+  build runs with ``POSENC_PLOTLYJS=local``;
+- in JupyterLab (the ``application/vnd.plotly.v1+json`` output, drawn by the ``jupyterlab-plotly``
+  renderer that the ``plotly`` package installs) and in Colab or the classic notebook (the
+  ``text/html`` output loads Plotly from the CDN itself, once per page, when no Plotly is there).
+
+Usage in a chapter::
+
+    from posenc.lab import explore
+    frames = [explore.Frame(label="10⁴", value=1e4, traces=[{"x": k, "y": f}], title="...")
+              for ...]
+    explore.explorable("ch03-offset", frames, names=["d = 128"], xlabel=..., ylabel=...,
+                       control_label=text["base"])
+
+Every frame's numbers travel in the figure (slider steps), so a test can operate the control in
+a browser and read the plotted data back (``tests/test_explorables_browser.py``). The figure's
+``layout.meta.posenc`` names the explorable and lists the control's values.
+
+Style: the book's (:mod:`posenc.lab.plot`): the same colours, 14 px text (never below 12 px),
+a white card that the site keeps white in dark mode (``book/_static/custom.css``), a width that
+follows the page down to a 390 px phone, and a slider with a large grip and a tall rail under
+the plot, where a thumb reaches it. Zooming and panning are off, so a finger that scrolls the
+page over the figure scrolls the page.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+import json
+import math
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import plot
+
+__all__ = ["Frame", "Explorable", "explorable", "frame_data", "power_label", "plotlyjs_url",
+           "PLOTLYJS_ENV", "setup"]
+
+PLOTLYJS_ENV = "POSENC_PLOTLYJS"
+"""Environment variable of the site build: ``cdn`` (the default, the published site) or
+``local`` (copy ``plotly.min.js`` from the installed package into the build: no network)."""
+
+FONT = 14  # px; tick labels 13 px, the slider's labels 13 px
+COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#555555", "#E69F00", "#56B4E9"]
+"""The book's Okabe-Ito colours, in the order the traces of an explorable get them."""
+_FONT_FAMILY = ('"Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", "Microsoft YaHei", '
+                "-apple-system, BlinkMacSystemFont, 'Segoe UI', Helvetica, Arial, sans-serif")
+
+
+@dataclass
+class Frame:
+    """One setting of the control: its label, its value and the data of every trace.
+
+    ``traces`` holds one mapping per trace with the arrays that change (``"y"``, and ``"x"``
+    when it changes too); tensors and arrays are accepted and stored as lists of floats."""
+
+    label: str
+    value: float | int | str
+    traces: Sequence[Mapping[str, Any]]
+    title: str | None = None
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def power_label(value: float) -> str:
+    """A short control label for a power of ten or a multiple of one: ``1e4`` -> ``10⁴``,
+    ``5e5`` -> ``5·10⁵`` (short enough for six labels on a 390 px phone)."""
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"power_label needs a positive number, got {value!r}")
+    exponent = math.floor(math.log10(value) + 1e-9)
+    mantissa = value / 10**exponent
+    if not math.isclose(mantissa, round(mantissa), rel_tol=1e-9):
+        return f"{value:g}"
+    power = "10" + str(exponent).translate(_SUPERSCRIPT)
+    return power if round(mantissa) == 1 else f"{round(mantissa)}·{power}"
+
+
+def _floats(values: Any, digits: int) -> list[float]:
+    """A tensor, an array or a sequence as a list of floats rounded to ``digits`` significant
+    digits (JSON stays small; the frames are checked against posenc to that precision)."""
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().double().tolist()
+    elif hasattr(values, "tolist"):
+        values = values.tolist()
+    out = []
+    for v in values:
+        v = float(v)
+        if not math.isfinite(v):
+            raise ValueError(f"explorable data must be finite, got {v!r}")
+        out.append(float(f"{v:.{digits}g}"))
+    return out
+
+
+def plotlyjs_version() -> str:
+    """The version of plotly.js that the installed ``plotly`` package bundles."""
+    return str(importlib.import_module("plotly.offline").get_plotlyjs_version())
+
+
+def plotlyjs_url() -> str:
+    """The CDN address of the plotly.js that the installed ``plotly`` package bundles."""
+    return f"https://cdn.plot.ly/plotly-{plotlyjs_version()}.min.js"
+
+
+def plotlyjs_file() -> Path:
+    """The installed package's ``plotly.min.js`` (what the offline build and the tests serve)."""
+    package = Path(str(importlib.import_module("plotly").__file__)).parent
+    return package / "package_data" / "plotly.min.js"
+
+
+@dataclass
+class Explorable:
+    """A Plotly figure (``.figure``, a dict: data, layout, config) that shows itself in a
+    notebook and on the site. ``.values`` are the control's values, one per frame."""
+
+    name: str
+    figure: dict[str, Any]
+    values: list[Any] = field(default_factory=list)
+    height: int = 460
+
+    def to_json(self) -> str:
+        return json.dumps(self.figure, ensure_ascii=False, separators=(",", ":"))
+
+    def to_html(self) -> str:
+        """A ``<div>``, the figure as JSON and a loader: Plotly from the page (the site), or from
+        the CDN, loaded once per page (Colab, the classic notebook)."""
+        div_id = "posenc-explorable-" + re.sub(r"[^A-Za-z0-9_-]", "-", self.name)
+        spec = self.to_json().replace("</", "<\\/")  # never close the script tag early
+        label = html.escape(self.figure["layout"]["meta"]["posenc"]["label"], quote=True)
+        return f"""<div class="posenc-explorable" id="{div_id}" data-explorable="{html.escape(self.name)}"
+ role="figure" aria-label="{label}" style="width:100%;min-height:{self.height}px"></div>
+<script type="application/json" id="{div_id}-spec">{spec}</script>
+<script>
+(function () {{
+  var id = "{div_id}";
+  function draw() {{
+    var spec = JSON.parse(document.getElementById(id + "-spec").textContent);
+    window.Plotly.newPlot(id, spec.data, spec.layout, spec.config);
+  }}
+  if (window.Plotly) {{ draw(); return; }}
+  var s = document.getElementById("posenc-plotlyjs");
+  if (!s) {{
+    s = document.createElement("script");
+    s.id = "posenc-plotlyjs"; s.charset = "utf-8"; s.src = "{plotlyjs_url()}";
+    document.head.appendChild(s);
+  }}
+  s.addEventListener("load", draw);
+}})();
+</script>"""
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return {
+            "application/vnd.plotly.v1+json": self.figure,
+            "text/html": self.to_html(),
+            "text/plain": f"<explorable figure {self.name!r}: {len(self.values)} settings>",
+        }
+
+
+def _axis(title: str, log: bool, range_: Sequence[float] | None) -> dict[str, Any]:
+    axis: dict[str, Any] = {
+        "title": {"text": title, "font": {"size": FONT}},
+        "type": "log" if log else "linear",
+        "tickfont": {"size": FONT - 1},
+        "fixedrange": True,  # no zoom or pan: a finger on the figure scrolls the page
+        "gridcolor": "rgba(0,0,0,0.12)",
+        "zeroline": False,
+        "automargin": True,
+        "showline": True,
+        "linecolor": "#444",
+    }
+    if log:
+        axis["dtick"] = 1  # 1, 10, 100, ...: no small minor labels between the decades
+    if range_ is not None:
+        axis["range"] = [math.log10(v) for v in range_] if log else list(range_)
+        axis["autorange"] = False
+    return axis
+
+
+def explorable(
+    name: str,
+    frames: Sequence[Frame],
+    *,
+    names: Sequence[str],
+    x: Any = None,
+    xlabel: str,
+    ylabel: str,
+    control_label: str,
+    label: str,
+    active: int = 0,
+    xlog: bool = False,
+    ylog: bool = False,
+    xrange: Sequence[float] | None = None,
+    yrange: Sequence[float] | None = None,
+    static: Sequence[Mapping[str, Any]] = (),
+    control: str = "slider",
+    digits: int = 7,
+    height: int = 460,
+) -> Explorable:
+    """Line traces whose data follow a slider (``control="slider"``) or a drop-down menu
+    (``"menu"``) over precomputed ``frames``.
+
+    Args:
+        name: a short id, unique in the page (``"ch03-offset"``).
+        frames: one :class:`Frame` per setting of the control, each with the same number of
+            traces as ``names``.
+        names: the legend entry of each trace.
+        x: the x values every trace shares, when the frames change ``"y"`` only.
+        xlabel, ylabel, control_label: axis titles and the control's caption (from the chapter's
+            labels in the book's language).
+        label: what the figure shows, in words (its accessible name, ``aria-label``).
+        active: the frame shown first (the static figure's setting).
+        static: traces that do not change (a reference curve), as Plotly trace dicts.
+        digits: significant digits kept in the JSON.
+    """
+    if not frames:
+        raise ValueError("explorable needs at least one frame")
+    if control not in ("slider", "menu"):
+        raise ValueError(f"control must be 'slider' or 'menu', got {control!r}")
+    if not 0 <= active < len(frames):
+        raise ValueError(f"active must index the {len(frames)} frames, got {active}")
+    for frame in frames:
+        if len(frame.traces) != len(names):
+            raise ValueError(f"frame {frame.label!r} has {len(frame.traces)} traces, names has "
+                             f"{len(names)}")
+    n = len(names)
+    changing = sorted({key for frame in frames for trace in frame.traces for key in trace})
+    if not set(changing) <= {"x", "y"}:
+        raise ValueError(f"frames may change 'x' and 'y' only, got {changing}")
+    if "x" not in changing and x is None:
+        raise ValueError("give x= (shared by every trace) or an 'x' in every frame's traces")
+    encoded = [{key: [_floats(trace[key], digits) for trace in frame.traces] for key in changing}
+               for frame in frames]
+    data: list[dict[str, Any]] = [dict(t) for t in static]  # drawn under the changing traces
+    for i, trace_name in enumerate(names):
+        trace: dict[str, Any] = {"type": "scatter", "mode": "lines", "name": trace_name,
+                                 "line": {"color": COLORS[i % len(COLORS)], "width": 2.5}}
+        for key in ("x", "y"):
+            trace[key] = encoded[active][key][i] if key in changing else _floats(x, digits)
+        data.append(trace)
+    trace_ids = list(range(len(static), len(static) + n))
+
+    def args(k: int) -> list[Any]:
+        restyle = dict(encoded[k])
+        relayout = {"title.text": frames[k].title} if frames[k].title is not None else {}
+        return [restyle, relayout, trace_ids]
+
+    layout: dict[str, Any] = {
+        "template": "plotly_white",
+        "font": {"size": FONT, "family": _FONT_FAMILY, "color": "#222"},
+        "paper_bgcolor": "#fff",
+        "plot_bgcolor": "#fff",
+        "height": height,
+        "autosize": True,
+        "margin": {"l": 60, "r": 16, "t": 56 if frames[active].title else 16, "b": 10},
+        "xaxis": _axis(xlabel, xlog, xrange),
+        "yaxis": _axis(ylabel, ylog, yrange),
+        "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom",
+                   "font": {"size": FONT - 1}, "bgcolor": "rgba(255,255,255,0.8)"},
+        "dragmode": False,
+        "hovermode": "x unified",
+        "meta": {"posenc": {"name": name, "label": label, "control": control,
+                            "values": [f.value for f in frames],
+                            "labels": [f.label for f in frames]}},
+    }
+    if frames[active].title:
+        layout["title"] = {"text": frames[active].title, "x": 0, "xanchor": "left",
+                           "font": {"size": FONT + 1}}
+        layout["legend"]["y"] = 1.02
+    steps = [{"method": "update", "label": f.label, "args": args(k)} for k, f in enumerate(frames)]
+    if control == "slider":
+        layout["sliders"] = [{
+            "active": active,
+            "steps": steps,
+            "currentvalue": {"prefix": control_label + " = ", "font": {"size": FONT + 1},
+                             "xanchor": "left"},
+            "x": 0.0, "len": 1.0, "y": 0, "yanchor": "top",
+            "pad": {"t": 56, "b": 10, "l": 12, "r": 12},
+            "font": {"size": FONT - 1},
+            "bgcolor": "#d9e6f2", "activebgcolor": "#0072B2", "bordercolor": "#0072B2",
+            "borderwidth": 1, "ticklen": 6, "minorticklen": 3,
+            "transition": {"duration": 0},
+        }]
+    else:
+        layout["updatemenus"] = [{
+            "type": "dropdown", "active": active, "buttons": steps,
+            "x": 0, "xanchor": "left", "y": 0, "yanchor": "top", "pad": {"t": 56},
+            "font": {"size": FONT}, "showactive": True,
+        }]
+        layout["annotations"] = [{"text": control_label, "showarrow": False, "xref": "paper",
+                                  "yref": "paper", "x": 0, "y": 0, "yanchor": "bottom",
+                                  "xanchor": "left", "yshift": -40, "font": {"size": FONT}}]
+    config = {"responsive": True, "displayModeBar": False, "scrollZoom": False,
+              "doubleClick": False, "showTips": False}
+    figure = {"data": data, "layout": layout, "config": config}
+    return Explorable(name, figure, [f.value for f in frames], height)
+
+
+def frame_data(explorable_: Explorable, index: int, key: str = "y") -> list[list[float]]:
+    """The arrays ``key`` of every changing trace at control step ``index``, as stored in the
+    figure (what the browser draws after the control is set there)."""
+    layout = explorable_.figure["layout"]
+    steps = (layout["sliders"][0]["steps"] if "sliders" in layout
+             else layout["updatemenus"][0]["buttons"])
+    return steps[index]["args"][0][key]
+
+
+# --- the Sphinx extension: Plotly's JavaScript once per page that holds an explorable ---------
+
+def _page_has_explorable(context: Mapping[str, Any]) -> bool:
+    return 'class="posenc-explorable"' in str(context.get("body", ""))
+
+
+def setup(app: Any) -> dict[str, Any]:
+    """Sphinx extension (``sphinx.extra_extensions: [posenc.lab.explore]`` in ``_config.yml``):
+    adds plotly.js to the ``<head>`` of every page that holds an explorable, and to no other
+    page. From the CDN by default (``posenc_plotlyjs = "cdn"``, the published site); ``"local"``
+    (or ``POSENC_PLOTLYJS=local`` in the environment) copies the installed package's
+    ``plotly.min.js`` into the build's ``_static/`` instead, for a build that works offline."""
+    app.add_config_value("posenc_plotlyjs", os.environ.get(PLOTLYJS_ENV, "cdn"), "html")
+
+    def mode() -> str:
+        value = str(os.environ.get(PLOTLYJS_ENV) or app.config.posenc_plotlyjs)
+        if value not in ("cdn", "local"):
+            raise ValueError(f"{PLOTLYJS_ENV} / posenc_plotlyjs must be 'cdn' or 'local', got "
+                             f"{value!r}")
+        return value
+
+    def add_plotly(app: Any, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+        if doctree is None or not _page_has_explorable(context):
+            return
+        if mode() == "local":
+            app.add_js_file("plotly.min.js", charset="utf-8")
+        else:
+            app.add_js_file(plotlyjs_url(), charset="utf-8")
+
+    def copy_local(app: Any, exception: Exception | None) -> None:
+        if exception is None and app.builder.format == "html" and mode() == "local":
+            target = Path(app.outdir) / "_static" / "plotly.min.js"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(plotlyjs_file(), target)
+
+    app.connect("html-page-context", add_plotly)
+    app.connect("build-finished", copy_local)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+# the book's scheme colours come first, so a trace of RoPE is the colour RoPE has everywhere
+assert COLORS[0] == plot.SCHEME_COLORS["sinusoidal"]
