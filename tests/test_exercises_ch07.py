@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from _wrap import flat
 
 import posenc
 from posenc.lab.exercises.ch07 import HINTS, SETTINGS, check_yarn_inv_freq, yarn_variant
@@ -16,7 +17,7 @@ def test_accepts_the_formula_and_posenc(capsys):
         return posenc.rope_inv_freq(d, base=base, scaling=cfg)[0]
 
     assert check_yarn_inv_freq(lib)
-    assert capsys.readouterr().out.startswith("✓")
+    assert flat(capsys.readouterr().out).startswith("✓")
 
 
 def test_stub_gives_false_without_raising(capsys):
@@ -24,7 +25,7 @@ def test_stub_gives_false_without_raising(capsys):
         raise NotImplementedError
 
     assert check_yarn_inv_freq(stub) is False
-    assert "not implemented yet" in capsys.readouterr().out
+    assert "not implemented yet" in flat(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("mistake", sorted(HINTS))
@@ -33,21 +34,21 @@ def test_each_mistake_is_rejected_with_its_hint(mistake, capsys):
     assert any(not torch.allclose(yarn_variant(*s, mistake=mistake), yarn_variant(*s))
                for s in SETTINGS)
     assert not check_yarn_inv_freq(lambda *a: yarn_variant(*a, mistake=mistake))
-    assert HINTS[mistake] in capsys.readouterr().out
+    assert HINTS[mistake] in flat(capsys.readouterr().out)
 
 
 def test_rejects_wrong_shape_and_type(capsys):
     assert not check_yarn_inv_freq(lambda *a: yarn_variant(*a)[:-1])
-    assert "shape" in capsys.readouterr().out
+    assert "shape" in flat(capsys.readouterr().out)
     assert not check_yarn_inv_freq(lambda *a: yarn_variant(*a).tolist())
-    assert "torch.Tensor" in capsys.readouterr().out
+    assert "torch.Tensor" in flat(capsys.readouterr().out)
 
 
 def test_answers_in_chinese(capsys):
     assert check_yarn_inv_freq(yarn_variant, lang="zh")
-    assert capsys.readouterr().out.startswith("✓ 你的频率与 posenc 的 YaRN 相等")
+    assert flat(capsys.readouterr().out).startswith("✓ 你的频率与 posenc 的 YaRN 相等")
     assert not check_yarn_inv_freq(lambda *a: yarn_variant(*a, mistake="swapped"), lang="zh")
-    out = capsys.readouterr().out
+    out = flat(capsys.readouterr().out)
     assert "斜坡方向反了" in out and HINTS["swapped"] not in out, out
 
 

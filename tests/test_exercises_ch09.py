@@ -1,6 +1,7 @@
 """Chapter 9's checkers accept a right solution and reject wrong ones with a hint."""
 
 import torch
+from _wrap import flat
 
 import posenc as pe
 from posenc.lab.exercises.ch09 import (
@@ -47,7 +48,7 @@ def interleaved(h, w, d):
 
 def test_accepts_right_solution(capsys):
     assert check_axial(right)
-    assert capsys.readouterr().out.startswith("✓")
+    assert flat(capsys.readouterr().out).startswith("✓")
 
 
 def test_rejects_with_hints(capsys):
@@ -61,7 +62,7 @@ def test_rejects_with_hints(capsys):
     ]
     for fn, hint in cases:
         assert not check_axial(fn)
-        out = capsys.readouterr().out
+        out = flat(capsys.readouterr().out)
         assert out.startswith("✗") and hint in out, out
 
 
@@ -70,13 +71,13 @@ def test_stub_is_not_implemented(capsys):
         raise NotImplementedError
 
     assert not check_axial(stub)
-    assert "not implemented yet" in capsys.readouterr().out
+    assert "not implemented yet" in flat(capsys.readouterr().out)
 
 
 def test_text_resumes(capsys):
     assert check_text_resumes(7)
     assert not check_text_resumes(10)
-    assert "max(h, w)" in capsys.readouterr().out
+    assert "max(h, w)" in flat(capsys.readouterr().out)
     assert not check_text_resumes("7")
 
 
@@ -101,7 +102,7 @@ def mla_right(q, k_rope, cos, sin):
 
 def test_xpos(capsys):
     assert check_xpos(xpos_right)
-    assert capsys.readouterr().out.startswith("✓")
+    assert flat(capsys.readouterr().out).startswith("✓")
     cases = [
         (dict(scale=False), "plain RoPE"),
         (dict(key_power=1.0), "the key is multiplied"),
@@ -113,17 +114,17 @@ def test_xpos(capsys):
     ]
     for kw, hint in cases:
         assert not check_xpos(lambda q, k, b, kw=kw: _xpos(q, k, b, **kw))
-        out = capsys.readouterr().out
+        out = flat(capsys.readouterr().out)
         assert out.startswith("✗") and hint in out, out
     assert not check_xpos(lambda q, k, b: xpos_right(q, k, b)[0])
-    assert "return a pair" in capsys.readouterr().out
+    assert "return a pair" in flat(capsys.readouterr().out)
     assert not check_xpos(lambda q, k, b: (q, k * 2))  # unknown slip: names the difference
-    assert "differs at index" in capsys.readouterr().out
+    assert "differs at index" in flat(capsys.readouterr().out)
 
 
 def test_llama4_scale(capsys):
     assert check_llama4_scale(scale_right)
-    assert capsys.readouterr().out.startswith("✓")
+    assert flat(capsys.readouterr().out).startswith("✓")
     cases = [
         (dict(plus_one=0.0), "off by one"),
         (dict(log1p=False), "log(1 + ...)"),
@@ -132,15 +133,15 @@ def test_llama4_scale(capsys):
     ]
     for kw, hint in cases:
         assert not check_llama4_scale(lambda p, f, a, kw=kw: _llama4(p, f, a, **kw).float())
-        out = capsys.readouterr().out
+        out = flat(capsys.readouterr().out)
         assert out.startswith("✗") and hint in out, out
     assert not check_llama4_scale(lambda p, f, a: p[:-1] * 1.0)
-    assert "shape" in capsys.readouterr().out
+    assert "shape" in flat(capsys.readouterr().out)
 
 
 def test_mla_rope(capsys):
     assert check_mla_rope(mla_right)
-    assert capsys.readouterr().out.startswith("✓")
+    assert flat(capsys.readouterr().out).startswith("✓")
     cases = [
         (dict(first=True), "last rope_dim channels"),
         (dict(interleaved=True), "half layout"),
@@ -149,35 +150,35 @@ def test_mla_rope(capsys):
     ]
     for kw, hint in cases:
         assert not check_mla_rope(lambda q, k, c, s, kw=kw: _mla(q, k, c, s, **kw))
-        out = capsys.readouterr().out
+        out = flat(capsys.readouterr().out)
         assert out.startswith("✗") and hint in out, out
     assert not check_mla_rope(lambda q, k, c, s: (mla_right(q, k, c, s)[0][..., -4:], k))
-    assert "whole query" in capsys.readouterr().out
+    assert "whole query" in flat(capsys.readouterr().out)
     assert not check_mla_rope(lambda q, k, c, s: None)
-    assert "return a pair" in capsys.readouterr().out
+    assert "return a pair" in flat(capsys.readouterr().out)
 
 
 def test_answers_in_chinese(capsys):
     assert check_axial(right, lang="zh")
-    assert capsys.readouterr().out.startswith("✓ 在所有试过的网格上")
+    assert flat(capsys.readouterr().out).startswith("✓ 在所有试过的网格上")
     assert not check_axial(swapped, lang="zh")
-    out = capsys.readouterr().out
+    out = flat(capsys.readouterr().out)
     assert "行和列对调了" in out and "swapped" not in out, out
     assert not check_text_resumes(10, lang="zh")
-    assert "只前进 max(h, w)" in capsys.readouterr().out
+    assert "只前进 max(h, w)" in flat(capsys.readouterr().out)
     assert check_xpos(xpos_right, lang="zh")
-    assert capsys.readouterr().out.startswith("✓ 你的 xPos")
+    assert flat(capsys.readouterr().out).startswith("✓ 你的 xPos")
     assert not check_xpos(lambda q, k, b: _xpos(q, k, b, key_power=1.0), lang="zh")
-    out = capsys.readouterr().out
+    out = flat(capsys.readouterr().out)
     assert "键也乘上了缩放" in out and "multiplied" not in out and "input" not in out, out
     assert not check_llama4_scale(lambda p, f, a: _llama4(p, f, a, plus_one=0.0).float(),
                                   lang="zh")
-    out = capsys.readouterr().out
+    out = flat(capsys.readouterr().out)
     assert "差了一位" in out and "off by one" not in out and "（输入：" in out, out
     assert check_mla_rope(mla_right, lang="zh")
-    assert capsys.readouterr().out.startswith("✓ 在试过的每种形状上")
+    assert flat(capsys.readouterr().out).startswith("✓ 在试过的每种形状上")
     assert not check_mla_rope(lambda q, k, c, s: _mla(q, k, c, s, rotate_k=False), lang="zh")
-    out = capsys.readouterr().out
+    out = flat(capsys.readouterr().out)
     assert "k_rope 也要旋转" in out and "rotates" not in out, out
 
 

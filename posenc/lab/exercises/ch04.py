@@ -7,7 +7,6 @@ with Rotary Position Embedding", eq. 13-15): the interleaved layout of ``posenc.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -16,17 +15,9 @@ from torch import Tensor
 
 import posenc
 
-from . import attempt, check_lang, compare, say, verdict
+from . import attempt, check_lang, compare, fail, say, verdict
 
 __all__ = ["check_rope"]
-
-
-def _fail(hint: str, setting: str, lang: str = "en") -> bool:
-    """``✗ hint`` wrapped to fit a page's output block, then the input that showed it."""
-    width = 38 if lang == "zh" else 76  # a Chinese character is two columns wide
-    tail = say(lang, en=f"  (input: {setting})", zh=f"  （输入：{setting}）")
-    lines = textwrap.wrap(hint, width, subsequent_indent="  ") + [tail]
-    return verdict(False, "\n".join(lines))
 
 
 def _rope(x: Tensor, positions: Tensor, base: float, *, interleaved: bool = True,
@@ -82,14 +73,14 @@ def check_rope(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str = "en
         x_in = x.clone()
         got, error = attempt(fn, x_in, positions.clone(), base, lang=lang)
         if error:
-            return _fail(error, setting, lang)
+            return fail(error, setting, lang)
         inv_freq, _ = posenc.rope_inv_freq(d, base=base)
         want = posenc.apply_rope(x, *posenc.rope_cos_sin(positions, inv_freq))  # [L, d]
         problem = compare(got, want, what=say(lang, en="the rotated x", zh="旋转后的 x"),
                           atol=1e-4, rtol=1e-4, lang=lang)
         if problem is None:
             if not torch.equal(x_in, x):
-                return _fail(say(lang, en="the result is right, but your function changed x "
+                return fail(say(lang, en="the result is right, but your function changed x "
                                  "in place; return a new tensor instead",
                                  zh="结果是对的，但你的函数原地修改了 x；请返回一个新张量"),
                              setting, lang)
@@ -97,13 +88,13 @@ def check_rope(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str = "en
         if isinstance(got, Tensor) and got.shape == want.shape and got.is_floating_point():
             g = got.detach().double().cpu()
             if torch.allclose(g, x.double(), atol=1e-5):
-                return _fail(say(lang, en="x came back unrotated", zh="x 返回时没有被旋转"),
+                return fail(say(lang, en="x came back unrotated", zh="x 返回时没有被旋转"),
                              setting, lang)
             for en, zh, kwargs in _SLIPS:
                 if torch.allclose(g, _rope(x, positions, base, **kwargs).double(), atol=1e-4,
                                   rtol=1e-4):
-                    return _fail(say(lang, en=en, zh=zh), setting, lang)
-        return _fail(str(problem), setting, lang)
+                    return fail(say(lang, en=en, zh=zh), setting, lang)
+        return fail(str(problem), setting, lang)
     return verdict(True, say(
         lang, en="your 2x2 rotations equal posenc.apply_rope (interleaved pairs)\n"
         "  for every size, position and base tried",

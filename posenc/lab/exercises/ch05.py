@@ -8,7 +8,6 @@ Biases Enables Input Length Extrapolation", sec. 3 and their reference code).
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 
 import torch
@@ -16,17 +15,9 @@ from torch import Tensor
 
 import posenc
 
-from . import attempt, check_lang, compare, say, verdict
+from . import attempt, check_lang, compare, fail, say, verdict
 
 __all__ = ["check_slopes"]
-
-
-def _fail(hint: str, setting: str, lang: str = "en") -> bool:
-    """``✗ hint`` wrapped to fit a page's output block, then the input that showed it."""
-    width = 38 if lang == "zh" else 76  # a Chinese character is two columns wide
-    tail = say(lang, en=f"  (input: {setting})", zh=f"  （输入：{setting}）")
-    lines = textwrap.wrap(hint, width, subsequent_indent="  ") + [tail]
-    return verdict(False, "\n".join(lines))
 
 
 def _slips(n: int, lang: str = "en") -> dict[str, Tensor]:
@@ -68,12 +59,12 @@ def check_slopes(fn: Callable[[int], Tensor], *, lang: str = "en") -> bool:
         got, error = attempt(fn, n, lang=lang)
         setting = f"num_heads={n}"
         if error:
-            return _fail(error, setting, lang)
+            return fail(error, setting, lang)
         if isinstance(got, (list, tuple)):
             try:
                 got = torch.tensor(got, dtype=torch.float64)
             except (TypeError, ValueError):
-                return _fail(say(lang, en=f"return a tensor (or a list) of {n} numbers",
+                return fail(say(lang, en=f"return a tensor (or a list) of {n} numbers",
                                  zh=f"请返回一个含 {n} 个数的张量（或列表）"), setting, lang)
         want = posenc.alibi_slopes(n)
         problem = compare(got, want, what=say(lang, en="the slopes", zh="斜率"), atol=1e-6,
@@ -85,8 +76,8 @@ def check_slopes(fn: Callable[[int], Tensor], *, lang: str = "en") -> bool:
             for slip, wrong in _slips(n, lang).items():
                 if not torch.allclose(wrong, want.double()) and torch.allclose(g, wrong,
                                                                                rtol=1e-5):
-                    return _fail(slip, setting, lang)
-        return _fail(str(problem), setting, lang)
+                    return fail(slip, setting, lang)
+        return fail(str(problem), setting, lang)
     return verdict(True, say(
         lang, en="your slopes equal posenc.alibi_slopes for 12 heads\n"
         "  and for every other head count tried",

@@ -4,7 +4,6 @@ NoPE layers (Meta, 2025) and MLA's decoupled rotary slice (DeepSeek-AI, 2024).""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from ...mrope import mrope_position_ids
 from ...rope import RotaryEmbedding, apply_rope, rope_cos_sin
 from ...rope_scaling import rope_inv_freq
 from ...temperature import llama4_attn_scale
-from . import attempt, check_lang, compare, say, verdict
+from . import attempt, check_lang, compare, fail, say, verdict
 
 __all__ = [
     "check_axial", "check_text_resumes", "check_xpos", "check_llama4_scale", "check_mla_rope",
@@ -112,13 +111,6 @@ def check_text_resumes(answer: object, *, lang: str = "en") -> bool:
                               zh=f"{answer} 不对；在最宽的轴上，图像的 id 从 4 到 {last}"))
 
 
-def _fail(hint: str, setting: str, lang: str = "en") -> bool:
-    """``✗ hint`` wrapped to fit a page's output block, then the input that showed it."""
-    width = 38 if lang == "zh" else 76  # a Chinese character is two columns wide
-    tail = say(lang, en=f"  (input: {setting})", zh=f"  （输入：{setting}）")
-    return verdict(False, "\n".join(textwrap.wrap(hint, width, subsequent_indent="  ") + [tail]))
-
-
 def _pair_or_hint(out: object, lang: str) -> str | None:
     if isinstance(out, tuple | list) and len(out) == 2:
         return None
@@ -194,7 +186,7 @@ def check_xpos(fn: Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor]], *,
         setting = f"L={L}, head_dim={d}, scale_base={base:g}"
         out, err = attempt(fn, q.clone(), k.clone(), base, lang=lang)
         if err or (err := _pair_or_hint(out, lang)):
-            return _fail(err, setting, lang)
+            return fail(err, setting, lang)
         rq, rk = RotaryEmbedding(d, xpos_scale_base=base)(q[None, None], k[None, None])
         want = (rq[0, 0], rk[0, 0])
         torch.testing.assert_close(_xpos(q, k, base), want)  # the slips start from the truth
@@ -204,7 +196,7 @@ def check_xpos(fn: Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor]], *,
                               rtol=1e-4, lang=lang)
             if problem:
                 slips = [(en, zh, _xpos(q, k, base, **kw)) for en, zh, kw in _XPOS_SLIPS]
-                return _fail(_first_slip(tuple(out), slips, lang) or problem, setting, lang)
+                return fail(_first_slip(tuple(out), slips, lang) or problem, setting, lang)
     return verdict(True, say(
         lang, en="your xPos equals posenc.RotaryEmbedding(..., xpos_scale_base=...)\n"
         "  for every size and scale_base tried",
@@ -251,13 +243,13 @@ def check_llama4_scale(fn: Callable[[Tensor, float, float], Tensor], *,
         setting = f"positions={shown}, floor_scale={floor_scale:g}, attn_scale={attn_scale:g}"
         got, err = attempt(fn, positions.clone(), floor_scale, attn_scale, lang=lang)
         if err:
-            return _fail(err, setting, lang)
+            return fail(err, setting, lang)
         want = llama4_attn_scale(positions, floor_scale=floor_scale, attn_scale=attn_scale)
         problem = compare(got, want, what=say(lang, en="the scale", zh="缩放"), lang=lang)
         if problem:
             slips = [(en, zh, (_llama4(positions, floor_scale, attn_scale, **kw),))
                      for en, zh, kw in _LLAMA4_SLIPS]
-            return _fail(_first_slip((got,), slips, lang) or problem, setting, lang)
+            return fail(_first_slip((got,), slips, lang) or problem, setting, lang)
     return verdict(True, say(
         lang, en="your scale equals posenc.llama4_attn_scale at every position tried",
         zh="在试过的每个位置上，你的缩放都与 posenc.llama4_attn_scale 一致"))
@@ -310,10 +302,10 @@ def check_mla_rope(fn: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, 
                    f"positions {start}..{start + L - 1}")
         out, err = attempt(fn, q.clone(), k.clone(), cos, sin, lang=lang)
         if err or (err := _pair_or_hint(out, lang)):
-            return _fail(err, setting, lang)
+            return fail(err, setting, lang)
         want = mla_rope(q, k, cos, sin)
         if isinstance(out[0], Tensor) and out[0].shape[-1] == rope != nope + rope:
-            return _fail(say(lang, en="return the whole query: its nope channels pass through "
+            return fail(say(lang, en="return the whole query: its nope channels pass through "
                              "untouched, in front of the rotated slice",
                              zh="要返回整个查询：nope 维度原样保留，放在旋转后的那一段前面"),
                          setting, lang)
@@ -322,7 +314,7 @@ def check_mla_rope(fn: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, 
             problem = compare(got, w, what=say(lang, en=name[0], zh=name[1]), lang=lang)
             if problem:
                 slips = [(en, zh, _mla(q, k, cos, sin, **kw)) for en, zh, kw in _MLA_SLIPS]
-                return _fail(_first_slip(tuple(out), slips, lang) or problem, setting, lang)
+                return fail(_first_slip(tuple(out), slips, lang) or problem, setting, lang)
     return verdict(True, say(
         lang, en="your decoupled slice equals posenc.mla_rope for every shape tried",
         zh="在试过的每种形状上，你的解耦旋转切片都与 posenc.mla_rope 一致"))
