@@ -16,7 +16,13 @@ from .device import default_device
 from .learned import LearnedPositionalEmbedding
 from .mla import mla_rope
 from .mrope import mrope_cos_sin, mrope_position_ids
-from .positions import packed_positions, positions_from_mask, shard_positions
+from .positions import (
+    cu_seqlens,
+    document_ids_from_positions,
+    packed_positions,
+    positions_from_mask,
+    shard_positions,
+)
 from .rope import (
     RotaryEmbedding,
     apply_rope,
@@ -86,7 +92,9 @@ __all__ = [
     "causal_block_mask",
     "causal_mask",
     "convert_rope_weight",
+    "cu_seqlens",
     "default_device",
+    "document_ids_from_positions",
     "make_scheme",
     "packed_positions",
     "positions_from_mask",

@@ -6,6 +6,8 @@ needs only the right position ids:
 - ``positions_from_mask``: a left-padded batch counts from its first real token, exactly as
   Hugging Face transformers' ``generate`` builds ``position_ids``;
 - ``packed_positions``: documents packed into one row restart at 0 (Krell et al., 2021);
+  ``document_ids_from_positions`` and ``cu_seqlens`` convert between the three descriptions of a
+  packed batch (document ids, restarting positions, FlashAttention's varlen offsets);
 - ``shard_positions``: the global positions of one rank's slice of the sequence under context
   parallelism, in the head-tail layout of torch's context-parallel load balancer (which gives
   every rank the same causal work; Liu et al., 2023, ring attention).
@@ -81,6 +83,112 @@ def packed_positions(document_ids: Tensor) -> Tensor:
     idx = torch.arange(L, device=document_ids.device).expand(document_ids.shape)  # [..., L]
     start = torch.where(new, idx, torch.zeros_like(idx)).cummax(-1).values  # first index of the run
     return idx - start
+
+
+def _check_integer_2d(name: str, value: object) -> Tensor:
+    """An integer tensor of shape ``[L]`` or ``[B, L]`` (bool is not an integer here)."""
+    check_tensor(name, value)
+    assert isinstance(value, Tensor)
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
+    if value.dim() not in (1, 2):
+        raise ValueError(f"{name} must have shape [L] or [B, L], got shape {tuple(value.shape)}")
+    return value
+
+
+def document_ids_from_positions(position_ids: Tensor) -> Tensor:
+    """Document ids ``[..., L]`` (int64, from 0 in every row) of restarting ``position_ids``.
+
+    This is transformers' packing detection (``masking_utils.find_packed_sequence_indices``,
+    transformers 5.24): a new document begins wherever a position does not continue the previous
+    one by 1, so ``[0, 1, 2, 0, 1, 0]`` gives ``[0, 0, 0, 1, 1, 2]``. The result is the inverse
+    of :func:`packed_positions` up to renaming the documents, and equals transformers' wherever
+    that returns a tensor; where transformers returns ``None`` (one document per row, outside
+    ``torch.compile``) this returns zeros, which is what ``None`` stands for.
+
+    Transformers builds this document mask only when ``attention_mask`` is ``None`` (and there is
+    no cache): pass an all-ones ``attention_mask`` with restarting positions and every token
+    attends to the earlier documents of its row while its positions restart. Hugging Face's
+    ``DataCollatorWithFlattening`` packs a batch into one row this way, with positions restarting
+    at ``position_ids_start`` (default 0) and ``separator_id`` (default ``-100``, the ignored
+    label) as the first label of every packed sequence, so that no token is trained to predict
+    the first token of the next document (Krell et al., 2021, packing without
+    cross-contamination).
+
+    ``position_ids [L]`` or ``[B, L]``: non-negative integers. Every document after the first in a
+    row must restart at the batch's smallest position (0, or 2 for RoBERTa-like models that number
+    from ``padding_idx + 1``), as the collator makes them; a row's first document may start
+    anywhere (a chunk that continues an earlier one). Positions that jump by more than 1, repeat,
+    or fall back to anything but the restart value are refused: transformers' two paths disagree
+    on them (the mask above would start a document there, FlashAttention's
+    ``prepare_fa_kwargs_from_position_ids`` would not, since it splits only where positions equal
+    their minimum). The value checks need a host sync and are skipped under ``torch.compile``;
+    the computation itself compiles without graph breaks.
+    """
+    position_ids = _check_integer_2d("position_ids", position_ids)
+    if position_ids.shape[-1] == 0:
+        return torch.zeros(position_ids.shape, dtype=torch.long, device=position_ids.device)
+    diff = torch.diff(position_ids, prepend=position_ids[..., :1] - 1, dim=-1)  # [..., L]
+    new = diff != 1  # [..., L]: a document starts here (never at index 0)
+    if not is_compiling() and position_ids.numel():
+        lo = int(position_ids.min())
+        if lo < 0:
+            raise ValueError(f"position_ids must be >= 0, got a minimum of {lo}")
+        bad = new & (position_ids != lo)  # a later document that does not restart at lo
+        if bool(bad.any()):
+            where = bad.nonzero()[0].tolist()  # [row, index] (or [index] for [L])
+            at = tuple(where) if len(where) > 1 else where[0]
+            i = where[-1]
+            row = position_ids[tuple(where[:-1])] if len(where) > 1 else position_ids
+            raise ValueError(
+                f"position_ids must restart at {lo} (the smallest position) or go on by 1, got "
+                f"{int(row[i - 1])} then {int(row[i])} at index {at}; transformers' mask and "
+                "FlashAttention paths split such positions differently"
+            )
+    return new.long().cumsum(-1)
+
+
+def cu_seqlens(document_ids: Tensor) -> tuple[Tensor, int]:
+    """FlashAttention's varlen offsets of a packed batch: ``(cu_seqlens [N + 1] int32, max_seqlen)``.
+
+    FlashAttention-2's variable-length kernels (``flash_attn_varlen_func``; Dao, 2023) take the
+    batch flattened to ``[B * L, heads, d_h]`` and the ``N`` sequences in it as cumulative offsets
+    ``cu_seqlens = [0, n_1, n_1 + n_2, ..., B * L]``: every sequence attends only to itself, so
+    packing costs ``sum n_i**2`` rather than ``B * L**2``. Here every document of every row of
+    ``document_ids [L]`` or ``[B, L]`` (one contiguous run per document, as for
+    :func:`packed_positions`) is one sequence, so ``N`` is the number of runs over all rows and
+    ``cu_seqlens.diff()`` their lengths in order. ``max_seqlen`` (a Python int) is the longest.
+
+    This equals transformers' ``prepare_fa_kwargs_from_position_ids`` (transformers 5.24, its
+    ``cu_seq_lens_q`` and ``max_length_q``) fed ``packed_positions(document_ids)``, and
+    ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``'s ``cu_seq_lens_q`` for its
+    single packed row. Transformers derives these from restarting ``position_ids`` only when
+    ``attention_mask`` is ``None``; the collator marks each boundary in the labels with
+    ``separator_id`` (default ``-100``) as the first label of every packed sequence, so no token
+    predicts across a boundary (packing: Krell et al., 2021). ``document_ids``,
+    :func:`packed_positions` and :func:`document_ids_from_positions` convert into each other.
+
+    The offsets have a data-dependent length and ``max_seqlen`` is a Python int, so this needs a
+    host sync (``nonzero`` and ``.item()``): compute it once per batch, outside the compiled model,
+    as the collator does.
+    """
+    document_ids = _check_integer_2d("document_ids", document_ids)
+    if document_ids.numel() >= 2**31:
+        raise ValueError(
+            f"document_ids must have fewer than 2**31 elements (int32 offsets), got shape "
+            f"{tuple(document_ids.shape)}"
+        )
+    if document_ids.numel() == 0:
+        return torch.zeros(1, dtype=torch.int32, device=document_ids.device), 0
+    rows = document_ids.reshape(-1, document_ids.shape[-1])  # [B, L]
+    B, L = rows.shape
+    packed_positions(rows)  # checks that every document is one contiguous run
+    new = torch.ones(B, L, dtype=torch.bool, device=rows.device)  # [B, L]
+    new[:, 1:] = rows[:, 1:] != rows[:, :-1]
+    starts = new.reshape(-1).nonzero().reshape(-1)  # [N]: flat index of each document's start
+    end = torch.full((1,), B * L, dtype=starts.dtype, device=starts.device)
+    offsets = torch.cat([starts, end]).to(torch.int32)  # [N + 1]
+    return offsets, int(offsets.diff().max())
 
 
 def shard_positions(seq_len: int, rank: int, world_size: int, *, load_balance: bool = True) -> Tensor:
