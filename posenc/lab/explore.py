@@ -276,6 +276,7 @@ def explorable(
         "hovermode": "x unified",
         "meta": {"posenc": {"name": name, "label": label, "control": control,
                             "values": [f.value for f in frames],
+                            "traces": trace_ids,  # the indices of the traces that change
                             "labels": [f.label for f in frames]}},
     }
     if frames[active].title:

@@ -1,0 +1,292 @@
+"""The explorable figures in a real browser, on the built site, both editions.
+
+Headless chromium (Debian's ``chromium``, driven by Playwright with ``executable_path``; never
+``playwright install``) opens every page of ``_build/html`` whose notebook holds an explorable
+(``posenc.lab.explore``), in English and in Chinese, on a desktop and on a phone (touch), and
+
+- operates every control (it taps each step of the slider, or picks each entry of the menu) and
+  reads the plotted data back from the page's Plotly graph div (``gd.data``): after each step
+  the changing traces hold the values that posenc computes for that setting, computed here from
+  posenc's public functions (:data:`EXPECTED`), not copied from the notebook;
+- checks that the page logs no script error (uncaught exceptions, console errors);
+- checks that the static figure is still there: ``<figure id="fig-<name>">`` with its image
+  loaded and its caption (an explorable is named after its static twin's label);
+- checks the budget: the explorables' HTML plus plotly.js as the CDN sends it (gzip) stay under
+  4 MB per page.
+
+The site is the one ``scripts/build_site.sh`` writes (the published pages: plotly.js from the
+CDN); the test answers the CDN's request with the installed ``plotly`` package's own
+``plotly.min.js`` (the same version), so it runs offline. It reuses ``_build/html`` when that is
+newer than the notebooks and the explorable code; otherwise it SKIPS (the README's test command,
+before any build) unless ``POSENC_BUILD_SITE=1``, which makes it build the site first (minutes).
+With ``POSENC_REQUIRE_BROWSER=1`` (``.ci/run``, after its build) a skip is a failure instead:
+no chromium, no Playwright or no fresh build.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import posenc
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+REQUIRE = os.environ.get("POSENC_REQUIRE_BROWSER") == "1"
+BUILD = os.environ.get("POSENC_BUILD_SITE") == "1"
+BUDGET = 4 * 1024 * 1024  # bytes per page: explorables + plotly.js
+# what the pages were built from: a build older than any of these is stale
+LAB = ROOT / "posenc" / "lab"
+SOURCES = [LAB / "explore.py", *sorted((LAB / "labels").glob("ch*.py"))]
+
+
+def _unavailable(reason: str) -> None:
+    if REQUIRE:
+        pytest.fail(f"POSENC_REQUIRE_BROWSER=1 but {reason}")
+    pytest.skip(reason)
+
+
+# --- what posenc computes for each explorable and setting (one function per explorable) --------
+# Each takes the control's value and the x values the page plots, and returns the expected y of
+# every changing trace, in order. An explorable with no entry here fails the test: add one.
+
+def _ch03_offset(base: float, x: list[list[float]]) -> list[torch.Tensor]:
+    out = []
+    for xs, width in zip(x, (128, 32), strict=True):
+        k = torch.tensor(xs, dtype=torch.float64)
+        assert torch.equal(k, torch.arange(-600, 601, dtype=torch.float64))
+        table = posenc.sinusoidal_table(1201, width, base=base, dtype=torch.float64)
+        out.append(table @ table[600] / (width / 2))  # PE(600) . PE(600 + k) / f(0)
+    return out
+
+
+def _ch04_decay(base: float, x: list[list[float]]) -> list[torch.Tensor]:
+    (xs,) = x
+    distance = torch.tensor(xs, dtype=torch.float64)
+    assert torch.equal(distance, distance.round()) and distance.min() >= 1
+    assert distance.max() == 20000
+    theta, _ = posenc.rope_inv_freq(128, base=base)
+    # RoFormer's relative upper bound (1 / (d/2)) sum_j |sum_{l<j} e^{i x theta_l}|
+    phase = torch.exp(1j * distance[:, None] * theta.double()[None, :])
+    return [phase.cumsum(dim=1).abs().mean(dim=1)]
+
+
+EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = {
+    "ch03-offset": _ch03_offset,
+    "ch04-decay": _ch04_decay,
+}
+
+
+# --- the pages ------------------------------------------------------------------------------
+
+def _notebooks() -> list[Path]:
+    return sorted(p for p in [*ROOT.glob("book/*.ipynb"), *ROOT.glob("book/zh/*.ipynb")]
+                  if "explore.explorable(" in p.read_text(encoding="utf-8"))
+
+
+def _page(notebook: Path) -> Path:
+    """The built page of a notebook: book/NN.ipynb -> book/NN.html, book/zh/NN -> zh/NN.html."""
+    if notebook.parent.name == "zh":
+        return HTML / "zh" / notebook.with_suffix(".html").name
+    return HTML / "book" / notebook.with_suffix(".html").name
+
+
+def _stale(pages: dict[Path, Path]) -> list[str]:
+    newest_source = max(p.stat().st_mtime for p in SOURCES)
+    stale = []
+    for notebook, page in pages.items():
+        if not page.exists():
+            stale.append(f"{page.relative_to(ROOT)} is missing")
+        elif page.stat().st_mtime < max(notebook.stat().st_mtime, newest_source):
+            stale.append(f"{page.relative_to(ROOT)} is older than its sources")
+    return stale
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    pages = {nb: _page(nb) for nb in _notebooks()}
+    assert pages, "no notebook holds an explorable (explore.explorable(...))"
+    stale = _stale(pages)
+    if stale and BUILD:
+        subprocess.run(["bash", "scripts/build_site.sh"], cwd=ROOT, check=True)
+        stale = _stale(pages)
+    if stale:
+        _unavailable("no fresh site build (" + "; ".join(stale[:2]) + "): run `bash "
+                     "scripts/build_site.sh` first, or set POSENC_BUILD_SITE=1 to let this test "
+                     "build it")
+    return HTML
+
+
+@pytest.fixture(scope="module")
+def server(site: Path) -> Iterator[str]:
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    chromium = os.environ.get("POSENC_CHROMIUM") or shutil.which("chromium") \
+        or shutil.which("chromium-browser")
+    if chromium is None:
+        _unavailable("no chromium on PATH (Debian: `apt-get install chromium`)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("Playwright is not installed (`pip install playwright`; its browsers are "
+                     "not needed: the test drives Debian's chromium)")
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=chromium,
+                                     args=["--no-sandbox", "--disable-gpu"])
+        yield launched
+        launched.close()
+
+
+def _plotly_js() -> Path:
+    from posenc.lab import explore
+
+    return explore.plotlyjs_file()
+
+
+def _cases() -> list[tuple[str, str]]:
+    names = [str(_page(nb).relative_to(HTML)) for nb in _notebooks()]
+    return [(name, device) for name in names for device in ("desktop", "phone")]
+
+
+VIEWPORTS = {"desktop": {"width": 1280, "height": 1000}, "phone": {"width": 390, "height": 844}}
+
+
+def _open(browser, server: str, page_name: str, device: str):
+    context = browser.new_context(viewport=VIEWPORTS[device], has_touch=device == "phone",
+                                  is_mobile=device == "phone", device_scale_factor=1)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+
+    def console(message) -> None:
+        if message.type != "error":
+            return
+        url = (message.location or {}).get("url", "")
+        if message.text.startswith("Failed to load resource") and not url.startswith(server):
+            return  # an external resource this offline test aborted on purpose (MathJax)
+        errors.append(f"console: {message.text} ({url})")
+
+    page.on("console", console)
+    plotly_js = _plotly_js()
+    from posenc.lab import explore
+
+    cdn = explore.plotlyjs_url()
+    served: list[str] = []
+
+    def route(r) -> None:
+        url = r.request.url
+        if url == cdn:  # the published page's plotly.js: the same version, from the package
+            served.append(url)
+            r.fulfill(path=str(plotly_js), content_type="text/javascript; charset=utf-8")
+        elif url.startswith(server):
+            r.continue_()
+        else:  # offline: MathJax and any other CDN are not needed to operate the figures
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(server + page_name, wait_until="load")
+    return context, page, errors, served
+
+
+def _click_step(page, div_id: str, step: int, device: str) -> None:
+    """Tap (phone) or click (desktop) the slider at step ``step``: above its tick label, on the
+    rail's touch area, where a reader's thumb goes."""
+    graph = page.locator(f"#{div_id}")
+    label = graph.locator(".slider-label-group").nth(step).bounding_box()
+    rail = graph.locator(".slider-rail-touch-rect").first.bounding_box()
+    assert label is not None and rail is not None
+    assert rail["height"] >= 40, f"the slider's touch area is {rail['height']} px tall"
+    x, y = label["x"] + label["width"] / 2, rail["y"] + 10
+    if device == "phone":
+        page.touchscreen.tap(x, y)
+    else:
+        page.mouse.click(x, y)
+
+
+@pytest.mark.parametrize(("page_name", "device"), _cases())
+def test_explorables(server: str, browser, page_name: str, device: str) -> None:
+    context, page, errors, served = _open(browser, server, page_name, device)
+    try:
+        page.wait_for_function(
+            "() => { const d = document.querySelectorAll('.posenc-explorable');"
+            " return d.length > 0 && Array.from(d).every(g => g._fullLayout); }", timeout=30000)
+        assert len(served) == 1, f"plotly.js requested {len(served)} times (once per page)"
+        graphs = page.evaluate(
+            "() => Array.from(document.querySelectorAll('.posenc-explorable')).map(gd => ({"
+            " id: gd.id, meta: gd.layout.meta.posenc, width: gd.getBoundingClientRect().width,"
+            " viewport: window.innerWidth, sliders: (gd.layout.sliders || []).length }))")
+        html = (HTML / page_name).read_text(encoding="utf-8")
+        extra = _explorable_bytes(html) + len(gzip.compress(_plotly_js().read_bytes(), 6))
+        assert extra <= BUDGET, f"{page_name}: {extra / 2**20:.2f} MB of explorables + plotly.js"
+        for graph in graphs:
+            meta, div_id = graph["meta"], graph["id"]
+            name = meta["name"]
+            assert name in EXPECTED, f"no expected values for explorable {name!r}: add to EXPECTED"
+            assert graph["width"] <= graph["viewport"], f"{name} is wider than the screen"
+            assert meta["control"] == "slider" and graph["sliders"] == 1, "menus: not yet tested"
+            _check_static_twin(page, name)
+            values = meta["values"]
+            # every step, then back to the first, so that each step changes the data
+            for step in [*range(len(values)), 0]:
+                _click_step(page, div_id, step, device)
+                page.wait_for_function(
+                    f"() => document.getElementById('{div_id}')._fullLayout.sliders[0].active"
+                    f" === {step}", timeout=5000)
+                data = page.evaluate(
+                    f"() => {{ const gd = document.getElementById('{div_id}');"
+                    f" return {json.dumps(meta['traces'])}.map(i => ({{"
+                    " x: Array.from(gd.data[i].x), y: Array.from(gd.data[i].y) })); }")
+                expected = EXPECTED[name](values[step], [t["x"] for t in data])
+                for trace, want in zip(data, expected, strict=True):
+                    got = torch.tensor(trace["y"], dtype=torch.float64)
+                    torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6,
+                                               msg=lambda m, n=name, s=step: f"{n}, step {s}: {m}")
+        assert not errors, f"{page_name} logged script errors: {errors[:5]}"
+    finally:
+        context.close()
+
+
+def _explorable_bytes(html: str) -> int:
+    """Bytes of the explorables' markup, JSON and loader scripts in a page."""
+    total, start = 0, 0
+    while (i := html.find('<div class="posenc-explorable"', start)) >= 0:
+        end = html.find("</script>", html.find("</script>", i) + 1) + len("</script>")
+        total += end - i
+        start = end
+    return total
+
+
+def _check_static_twin(page, name: str) -> None:
+    figure = page.locator(f"figure#fig-{name}")
+    assert figure.count() == 1, f"the static figure fig-{name} is missing"
+    ok = page.evaluate(
+        f"() => {{ const f = document.getElementById('fig-{name}'); const img = f.querySelector('img');"
+        " return !!img && img.complete && img.naturalWidth > 0 && !!img.alt &&"
+        " !!f.querySelector('figcaption'); }")
+    assert ok, f"fig-{name}: its image, alt text or caption is missing"
+
