@@ -1,10 +1,11 @@
 """Checkers for chapter 10's exercises (positions in production): position ids of a left-padded
-batch, the head-tail positions of a context-parallel shard, and re-rotating a cached RoPE key.
+batch, FlashAttention's varlen offsets of a packed batch, the ALiBi bias after an eviction,
+StreamingLLM's eviction and moves, the head-tail positions of a context-parallel shard, and
+re-rotating a cached RoPE key. Every hint is wrapped by display width (``verdict``).
 """
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 
 import torch
@@ -12,17 +13,12 @@ from torch import Tensor
 
 import posenc
 
-from ..production import rotate_by
-from . import attempt, check_lang, compare, say, verdict
+from ..production import rotate_by, streaming_keep
+from . import attempt, check_lang, compare, fail, say, verdict
 
-__all__ = ["check_positions_from_mask", "check_shard_positions", "check_rerotate"]
+__all__ = ["check_positions_from_mask", "check_cu_seqlens", "check_alibi_after_eviction",
+           "check_streaming_keep", "check_shard_positions", "check_rerotate"]
 
-
-def _fail(hint: str, setting: str, lang: str = "en") -> bool:
-    """``✗ hint`` wrapped to fit a page's output block, then the input that showed it."""
-    width = 38 if lang == "zh" else 76  # a Chinese character is two columns wide
-    tail = say(lang, en=f"  (input: {setting})", zh=f"  （输入：{setting}）")
-    return verdict(False, "\n".join(textwrap.wrap(hint, width, subsequent_indent="  ") + [tail]))
 
 
 def _is_int_tensor(x: object) -> bool:
@@ -49,10 +45,10 @@ def check_positions_from_mask(fn: Callable[[Tensor], Tensor], *, lang: str = "en
         setting = f"attention_mask={mask.long().tolist()}"
         got, error = attempt(fn, mask.clone(), lang=lang)
         if error:
-            return _fail(error, setting, lang)
+            return fail(error, setting, lang)
         want = posenc.positions_from_mask(mask)
         if isinstance(got, Tensor) and got.shape == want.shape and not _is_int_tensor(got):
-            return _fail(say(lang, en=f"positions must be integers (an index into the rotation "
+            return fail(say(lang, en=f"positions must be integers (an index into the rotation "
                              f"or the table), got dtype {got.dtype}",
                              zh=f"位置必须是整数（旋转角或位置表的下标），得到的 dtype 是 {got.dtype}"),
                          setting, lang)
@@ -61,7 +57,7 @@ def check_positions_from_mask(fn: Callable[[Tensor], Tensor], *, lang: str = "en
         if problem is None:
             continue
         if not (isinstance(got, Tensor) and got.shape == want.shape):
-            return _fail(problem, setting, lang)
+            return fail(problem, setting, lang)
         real = mask.bool()
         g = got.long()
         if torch.equal(g[real], want[real]):
@@ -82,7 +78,7 @@ def check_positions_from_mask(fn: Callable[[Tensor], Tensor], *, lang: str = "en
                        zh="这是 arange(L) 的位置，没有考虑填充：左填充的一行应从它的第一个真实词元开始计数")
         else:
             hint = problem
-        return _fail(hint, setting, lang)
+        return fail(hint, setting, lang)
     return verdict(True, say(
         lang, en="your positions equal posenc.positions_from_mask (and transformers' generate)\n"
         "  for every padded batch tried",
@@ -106,10 +102,10 @@ def check_shard_positions(fn: Callable[[int, int, int], Tensor], *, lang: str = 
             setting = f"seq_len={seq_len}, rank={rank}, world_size={world}"
             got, error = attempt(fn, seq_len, rank, world, lang=lang)
             if error:
-                return _fail(error, setting, lang)
+                return fail(error, setting, lang)
             want = posenc.shard_positions(seq_len, rank, world)
             if isinstance(got, Tensor) and got.shape == want.shape and not _is_int_tensor(got):
-                return _fail(say(lang, en=f"positions must be integers, got dtype {got.dtype}",
+                return fail(say(lang, en=f"positions must be integers, got dtype {got.dtype}",
                                  zh=f"位置必须是整数，得到的 dtype 是 {got.dtype}"), setting, lang)
             problem = compare(got.float() if _is_int_tensor(got) else got, want.float(),
                               what=say(lang, en="the positions", zh="位置"), lang=lang)
@@ -137,7 +133,7 @@ def check_shard_positions(fn: Callable[[int, int, int], Tensor], *, lang: str = 
                                "r first, then the tail chunk 2W - 1 - r, each in increasing order",
                                zh="位置对了，顺序不对：先放头部的第 r 块，再放尾部的第 2W - 1 - r 块，"
                                "每块内按递增顺序")
-            return _fail(hint, setting, lang)
+            return fail(hint, setting, lang)
     return verdict(True, say(
         lang, en="your shards equal posenc.shard_positions (torch's head-tail load balancer)\n"
         "  for every length, rank and world size tried",
@@ -171,13 +167,13 @@ def check_rerotate(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str =
         k_in = k_cached.clone()
         got, error = attempt(fn, k_in, delta.clone(), base, lang=lang)
         if error:
-            return _fail(error, setting, lang)
+            return fail(error, setting, lang)
         problem = compare(got, want, what=say(lang, en="the re-rotated keys",
                                                zh="重新旋转后的键"), atol=1e-4, rtol=1e-4,
                           lang=lang)
         if problem is None:
             if not torch.equal(k_in, k_cached):
-                return _fail(say(lang, en="the result is right, but your function changed the "
+                return fail(say(lang, en="the result is right, but your function changed the "
                                  "cached keys in place; return a new tensor",
                                  zh="结果是对的，但你的函数原地修改了缓存的键；请返回一个新张量"),
                              setting, lang)
@@ -203,9 +199,214 @@ def check_rerotate(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str =
                                "were rotated in interleaved pairs (2i, 2i + 1)",
                                zh="维度对取成了 (i, i + d/2)，那是对半布局；这些键是按交错的维度对 "
                                "(2i, 2i + 1) 旋转的")
-        return _fail(hint, setting, lang)
+        return fail(hint, setting, lang)
     return verdict(True, say(
         lang, en="your re-rotation equals rotating the original keys to a + delta:\n"
         "  R(a) R(delta) = R(a + delta), for every size, shift and base tried",
         zh="你的重新旋转等于把原始的键直接转到 a + delta：\n"
         "  R(a) R(delta) = R(a + delta)，试过的每种大小、位移和基数都成立"))
+
+
+# ----------------------------------------------------------------- cu_seqlens
+
+
+_DOC_IDS = [
+    torch.tensor([[0, 0, 0, 1, 1]]),
+    torch.tensor([[7, 7, 3, 3, 3, 9]]),
+    torch.tensor([[0, 0, 1, 1, 1, 1], [2, 2, 2, 2, 3, 3]]),  # two rows
+    torch.tensor([[5, 5, 5, 5], [5, 5, 6, 6]]),  # the same id in two rows: two documents
+]
+
+
+def check_cu_seqlens(fn: Callable[[Tensor], tuple[Tensor, int]], *, lang: str = "en") -> bool:
+    """``fn(document_ids) -> (cu_seqlens, max_seqlen)``: ``document_ids [B, L]`` holds each
+    document as one run of its id in a row (a row boundary always ends a document); the batch
+    flattened row after row holds ``N`` documents, and ``cu_seqlens`` (int32 ``[N + 1]``) are
+    their cumulative offsets from 0, ``max_seqlen`` (a Python int) the longest. Compared with
+    ``posenc.cu_seqlens``; the verdict in ``lang``."""
+    check_lang(lang)
+    for ids in _DOC_IDS:
+        setting = f"document_ids={ids.tolist()}"
+        out, error = attempt(fn, ids.clone(), lang=lang)
+        if error:
+            return fail(error, setting, lang)
+        want, want_max = posenc.cu_seqlens(ids)
+        if not (isinstance(out, tuple | list) and len(out) == 2):
+            return fail(say(lang, en="return a pair (cu_seqlens, max_seqlen)",
+                            zh="请返回一个二元组 (cu_seqlens, max_seqlen)"), setting, lang)
+        got, got_max = out
+        if isinstance(got, Tensor) and got.shape == want.shape and not _is_int_tensor(got):
+            return fail(say(lang, en=f"offsets must be integers, got dtype {got.dtype}",
+                            zh=f"偏移量必须是整数，得到的 dtype 是 {got.dtype}"), setting, lang)
+        problem = compare(got.float() if _is_int_tensor(got) else got, want.float(),
+                          what=say(lang, en="cu_seqlens", zh="cu_seqlens"), lang=lang)
+        if problem is not None:
+            return fail(_cu_hint(got, ids, want, lang) or problem, setting, lang)
+        if got.dtype != torch.int32:
+            return fail(say(lang, en=f"the offsets are right, but FlashAttention's varlen "
+                            f"kernels take them as int32, got {got.dtype}",
+                            zh=f"偏移量是对的，但 FlashAttention 的变长核函数要求 int32，"
+                            f"得到的是 {got.dtype}"), setting, lang)
+        if isinstance(got_max, Tensor) or not isinstance(got_max, int) or got_max != want_max:
+            shown = f"{type(got_max).__name__} {got_max!r}"
+            return fail(say(lang, en=f"max_seqlen must be the longest document as a Python int "
+                            f"({want_max}), got {shown}",
+                            zh=f"max_seqlen 应是最长文档的长度，类型为 Python int（{want_max}），"
+                            f"得到的是 {shown}"), setting, lang)
+    return verdict(True, say(
+        lang, en="your offsets equal posenc.cu_seqlens (and transformers'\n"
+        "  prepare_fa_kwargs_from_position_ids) for every packed batch tried",
+        zh="你的偏移量与 posenc.cu_seqlens（以及 transformers 的\n"
+        "  prepare_fa_kwargs_from_position_ids）相同，试过的每个打包批次都一样"))
+
+
+def _cu_hint(got: object, ids: Tensor, want: Tensor, lang: str) -> str | None:
+    if not isinstance(got, Tensor) or got.dim() != 1:
+        return None
+    g = got.long()
+    lengths = want.long().diff()
+    if torch.equal(g, lengths):
+        return say(lang, en="these are the documents' lengths; cu_seqlens are their running "
+                   "sum, starting with 0 (N + 1 offsets)",
+                   zh="这是各文档的长度；cu_seqlens 是它们的累加和，并以 0 开头（共 N + 1 个偏移量）")
+    if torch.equal(g, want.long()[1:]):
+        return say(lang, en="the leading 0 is missing: cu_seqlens has N + 1 entries, "
+                   "document i spans cu_seqlens[i] to cu_seqlens[i + 1]",
+                   zh="缺少开头的 0：cu_seqlens 有 N + 1 项，第 i 个文档从 cu_seqlens[i] 到 "
+                   "cu_seqlens[i + 1]")
+    merged = torch.cat([torch.zeros(1, dtype=torch.long),
+                        torch.unique(ids.flatten(), return_counts=True)[1].cumsum(0)])
+    if g.shape == merged.shape and torch.equal(g, merged) and not torch.equal(merged, want):
+        return say(lang, en="documents counted by their id over the whole batch (torch.unique "
+                   "sorts the ids and merges repeats): documents are runs in row order, a new "
+                   "one starts wherever the id changes and at the start of every row, so an "
+                   "id in two rows is two documents",
+                   zh="按 id 在整个批次中计数文档是不对的（torch.unique 会把 id 排序并合并重复）："
+                   "文档是按行内顺序排列的连续段，id 改变之处和每行的开头都开始一个新文档，"
+                   "所以出现在两行里的同一个 id 是两个文档")
+    return None
+
+
+# ----------------------------------------------------------------- ALiBi after eviction
+
+
+def _alibi_from_positions(slopes: Tensor, m: Tensor, n: Tensor, *, sign: float = 1.0,
+                          causal: bool = True) -> Tensor:
+    dist = (m[:, None] - n[None, :]).float()  # [Lq, Lk]: how far back each key is
+    bias = -sign * slopes[:, None, None] * dist  # [H, Lq, Lk]
+    if causal:
+        bias = bias.masked_fill(dist < 0, float("-inf"))
+    return bias
+
+
+def check_alibi_after_eviction(fn: Callable[[Tensor, Tensor, Tensor], Tensor], *,
+                               lang: str = "en") -> bool:
+    """``fn(slopes, q_positions, k_positions) -> bias``: the ALiBi bias ``[H, Lq, Lk]`` of
+    queries at ``q_positions [Lq]`` over cached keys at ``k_positions [Lk]`` (what a cache
+    stores after eviction: not ``0 .. Lk - 1``): ``-slope_h * (m - n)``, ``-inf`` where the
+    key is after the query. Compared with the formula; the verdict in ``lang``."""
+    check_lang(lang)
+    cases = [
+        (4, torch.tensor([12]), torch.tensor([0, 1, 6, 7, 8, 9, 10, 11, 12])),  # sinks + tail
+        (2, torch.tensor([30, 31]), torch.tensor([3, 17, 18, 25, 29, 30, 31])),  # H2O-like
+        (8, torch.tensor([9, 10, 11]), torch.tensor([0, 1, 2, 8, 9, 10, 11])),
+    ]
+    for H, m, n in cases:
+        slopes = posenc.alibi_slopes(H)
+        setting = f"heads={H}, q_positions={m.tolist()}, k_positions={n.tolist()}"
+        got, error = attempt(fn, slopes.clone(), m.clone(), n.clone(), lang=lang)
+        if error:
+            return fail(error, setting, lang)
+        want = _alibi_from_positions(slopes, m, n)
+        if isinstance(got, Tensor) and got.shape == want.shape and got.is_floating_point():
+            g = got.detach().float()
+            same_inf = torch.equal(torch.isneginf(g), torch.isneginf(want))
+            finite = torch.isfinite(want)
+            if same_inf and torch.allclose(g[finite], want[finite], atol=1e-5, rtol=1e-5):
+                continue
+        problem = compare(got, want, what=say(lang, en="the bias", zh="偏置"), lang=lang)
+        hint = problem
+        if isinstance(got, Tensor) and got.shape == want.shape and got.is_floating_point():
+            g = got.detach().float()
+            slot_q = torch.arange(len(n) - len(m), len(n))
+            slips = [
+                (_alibi_from_positions(slopes, slot_q, torch.arange(len(n))),
+                 "this bias is built from slot indices (alibi_bias(H, Lq, Lk)): after "
+                 "eviction slot j is not position j; take the distance from the stored "
+                 "positions",
+                 "这个偏置是由槽位下标算出的（alibi_bias(H, Lq, Lk)）：淘汰之后第 j 个槽位不再是位置 j；"
+                 "距离应当用缓存里存下的位置来算"),
+                (_alibi_from_positions(slopes, m, n, sign=-1.0),
+                 "the sign is reversed: ALiBi subtracts slope * (m - n), so a far key gets "
+                 "a lower score",
+                 "符号反了：ALiBi 减去 slope * (m - n)，越远的键得分越低"),
+                (_alibi_from_positions(slopes, m, n, causal=False),
+                 "keys after the query must get -inf (the causal mask), not a finite bias",
+                 "位于查询之后的键应当是 -inf（因果掩码），而不是一个有限的偏置"),
+            ]
+            for ref, en, zh in slips:
+                same = torch.equal(torch.isneginf(g), torch.isneginf(ref))
+                fin = torch.isfinite(ref) & torch.isfinite(g)
+                if same and torch.allclose(g[fin], ref[fin], atol=1e-5, rtol=1e-5):
+                    hint = say(lang, en=en, zh=zh)
+                    break
+        return fail(hint or say(lang, en="the bias differs", zh="偏置不对"), setting, lang)
+    return verdict(True, say(
+        lang, en="your bias equals -slope * (m - n) from the stored positions, -inf on future\n"
+        "  keys, for every eviction tried",
+        zh="你的偏置等于用存下的位置算出的 -slope * (m - n)，未来的键为 -inf，\n"
+        "  试过的每种淘汰都一样"))
+
+
+# ----------------------------------------------------------------- StreamingLLM's keep
+
+
+def check_streaming_keep(fn: Callable[[int, int, int], tuple[Tensor, Tensor]], *,
+                         lang: str = "en") -> bool:
+    """``fn(length, sinks, window) -> (keep, delta)``: a StreamingLLM cache holds ``length``
+    keys at positions ``0 .. length - 1`` inside the cache and may hold ``sinks + window``;
+    ``keep`` are the slots it keeps (the first ``sinks`` and the latest ``window``) and
+    ``delta`` each kept key's change of position (new minus old) when the kept keys take
+    positions ``0, 1, ...``. Compared with ``posenc.lab.production.streaming_keep``."""
+    check_lang(lang)
+    for length, sinks, window in [(10, 2, 4), (70, 4, 60), (6, 1, 8), (9, 0, 5)]:
+        setting = f"length={length}, sinks={sinks}, window={window}"
+        out, error = attempt(fn, length, sinks, window, lang=lang)
+        if error:
+            return fail(error, setting, lang)
+        if not (isinstance(out, tuple | list) and len(out) == 2
+                and all(isinstance(t, Tensor) for t in out)):
+            return fail(say(lang, en="return a pair of tensors (keep, delta)",
+                            zh="请返回两个张量组成的二元组 (keep, delta)"), setting, lang)
+        keep, delta = out
+        want_keep, want_delta = streaming_keep(length, sinks, window)
+        for got, want, en, zh in ((keep, want_keep, "keep", "keep"),
+                                  (delta, want_delta, "delta", "delta")):
+            problem = compare(got.float(), want.float(), what=say(lang, en=en, zh=zh),
+                              lang=lang)
+            if problem is None:
+                continue
+            hint = problem
+            if got is keep and got.shape != want.shape and length <= sinks + window:
+                hint = say(lang, en="the cache still has room: keep every slot, nothing moves",
+                           zh="缓存还没满：保留每个槽位，什么都不移动")
+            elif got is keep:
+                tail = torch.arange(length - window - sinks, length)
+                if got.shape == tail.shape and torch.equal(got.long(), tail):
+                    hint = say(lang, en="these are the latest sinks + window slots: the first "
+                               "sinks slots must stay (they are the attention sinks)",
+                               zh="这是最近的 sinks + window 个槽位：开头的 sinks 个槽位必须保留"
+                               "（它们就是注意力汇聚点）")
+            elif got.shape == want.shape and torch.equal(got.long(), -want):
+                hint = say(lang, en="delta is new position minus old: a key that moves down "
+                           "the cache has a negative delta",
+                           zh="delta 是新位置减旧位置：在缓存中往前移的键，delta 为负")
+            elif got.shape == want.shape and torch.equal(
+                    got.long(), want - sinks * (torch.arange(len(want)) >= sinks)):
+                hint = say(lang, en="the kept keys take positions 0, 1, ... in order, the sinks "
+                           "first: the first window key lands at position sinks",
+                           zh="保留的键按顺序取位置 0, 1, ...，汇聚点在前：窗口里第一个键落在位置 sinks")
+            return fail(hint, setting, lang)
+    return verdict(True, say(
+        lang, en="your keep and delta equal StreamingLLM's bookkeeping for every cache tried",
+        zh="你的 keep 和 delta 与 StreamingLLM 的做法相同，试过的每个缓存都一样"))
