@@ -89,6 +89,22 @@ def check_positions(name: str, value: object) -> Tensor:
     return value
 
 
+def check_rows(name: str, value: object, B: int, L: int, *, labels: bool) -> Tensor:
+    """``value`` ``[L]`` or ``[1 | B, L]``, an integer tensor: positions in ``[0, 2**24)``
+    (``labels=False``) or document ids, labels of any integer value (``labels=True``)."""
+    if labels:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of integer ids, got {type(value).__name__}")
+        if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor (document labels), got dtype {value.dtype}")
+    else:
+        value = check_positions(name, value)
+    rows_ok = value.dim() == 1 or (value.dim() == 2 and value.shape[0] in (1, B))
+    if not rows_ok or value.shape[-1] != L:
+        raise ValueError(f"{name} must have shape [{L}] or [{B}, {L}], got {tuple(value.shape)}")
+    return value
+
+
 MAX_BIAS_ELEMENTS = 1 << 31
 """The largest dense bias ``alibi_bias`` / ``T5RelativeBias`` build: ``2**31`` elements (8 GiB
 in float32). Longer sequences need a bias computed per score (FlexAttention's ``score_mod``)."""

@@ -29,12 +29,12 @@ from ._checks import (
     check_device,
     check_float,
     check_int,
-    check_positions,
+    check_rows,
     check_tensor,
     is_compiling,
 )
 from .alibi import _check_bool
-from .cache import KVCache
+from .cache import CacheView, KVCache
 from .masks import FLEX_BLOCK, Visibility, block_visibility, dense_visibility
 from .positions import _check_mask, packed_positions
 from .schemes import NoPE, PositionScheme, make_scheme
@@ -139,14 +139,6 @@ def _flex_usable(q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme) -> boo
     return True
 
 
-def _positions_arg(name: str, value: Tensor, B: int, L: int) -> Tensor:
-    """``value`` ``[L]`` or ``[1 | B, L]`` -> checked ``[B, L]`` int64 view."""
-    check_positions(name, value)
-    if value.shape[-1] != L or (value.dim() == 2 and value.shape[0] not in (1, B)):
-        raise ValueError(f"{name} must have shape [{L}] or [{B}, {L}], got {tuple(value.shape)}")
-    return value
-
-
 def _repeat_kv(t: Tensor, groups: int) -> Tensor:
     """``[B, H_kv, T, D] -> [B, H_kv * groups, T, D]``: query head ``h`` reads kv head
     ``h // groups`` (transformers' ``repeat_kv``)."""
@@ -184,10 +176,12 @@ def attend(
 
     Visibility (see :mod:`posenc.masks`): ``causal`` (the new tokens follow the cached ones);
     ``attention_mask [B, T]`` (1 / True = a real token, transformers' convention, over the
-    cached plus new keys): padded keys are never attended, and a padded query row comes back
-    finite but meaningless; ``document_ids [B, Lq]`` (integers, each document one contiguous run):
-    a token sees only its own document; ``window=W``: query at position m sees keys n with
-    m - W < n <= m (W keys including itself, also while decoding with a cache).
+    cached plus new keys; a static cache also takes any length up to its ``max_len``): padded
+    keys are never attended; ``document_ids [B, Lq]`` (integer labels, each document one
+    contiguous run): a token sees only its own document; ``window=W``: query at position m
+    sees keys n with m - W < n <= m (W keys including itself, also while decoding with a
+    cache). A query row that may see no key (a fully padded row, a query before every key)
+    is zeros on every backend, as FlexAttention returns.
 
     GQA / MQA: ``H % H_kv == 0``; query head h reads kv head ``h // (H / H_kv)``; the cache
     stores ``H_kv`` heads. With none of the options above (and default positions for a bias
@@ -197,13 +191,40 @@ def attend(
     use ``flex`` for long packed or windowed sequences on a GPU.
 
     Raises:
-        TypeError: q, k, v not floating tensors of one dtype; a position or mask of the wrong
-            dtype; ``scheme`` or ``cache`` of the wrong type.
+        TypeError: q, k, v not floating tensors of one dtype; a position, document id or mask
+            of the wrong dtype; ``scheme`` or ``cache`` of the wrong type; ``causal`` not a
+            bool, ``window`` not an int.
         ValueError: shapes that do not fit ``[B, H, L, Dh]`` / ``[B, H_kv, L, Dh]``; ``H`` not a
             multiple of ``H_kv``; ``Lk != Lq`` without ``key_positions`` (earlier keys belong in
-            the cache); a mask or position of the wrong shape or value; an unknown ``backend``;
-            ``window < 1``.
+            the cache); a mask or position of the wrong shape or value (a mask shorter than the
+            cached plus new keys); an unknown ``backend``; ``window < 1``.
     """
+    B, Lq = _check_qkv(q, k, v, own_keys=key_positions is not None)
+    scheme, causal, window, dropout_p = _check_options(scheme, cache, backend, causal, window, dropout_p)
+    q_pos, k_pos, doc = _positions(q, k, positions, key_positions, document_ids, cache)
+    if k_pos is None:  # a scheme written for the 3-argument hook keeps working
+        q, k = scheme.rotate(q, k, q_pos)  # [B, H, L, Dh], [B, H_kv, L, Dh]
+    else:
+        q, k = scheme.rotate(q, k, q_pos, k_pos)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
+    keys = _all_keys(k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq)
+    key_valid = _key_valid(attention_mask, keys, cache, B, Lq)
+    evicted = cache is not None and cache.evicted
+    if (key_valid is None and doc is None and window is None and k_pos is None and not evicted
+            and not (positions is not None and scheme.has_bias)):
+        return _attend_fast(q, keys.k, keys.v, scheme, causal, backend, dropout_p)
+    rule = Visibility(
+        q_pos=q_pos.expand(B, Lq), k_pos=keys.positions.expand(B, -1),
+        q_slot=keys.q_slot + torch.arange(Lq, device=q.device), causal=causal,
+        by_position=k_pos is not None, window=window,
+        key_valid=None if key_valid is None else key_valid.expand(B, -1),
+        q_doc=doc, k_doc=None if keys.document_ids is None else keys.document_ids.expand(B, -1),
+    )
+    index_bias = k_pos is None and not evicted and not (cache is not None and cache.static)
+    return _attend_by_rule(q, keys.k, keys.v, scheme, rule, backend, dropout_p, index_bias)
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int, int]:
+    """Shapes, dtypes and devices of ``q, k, v``; returns ``(B, Lq)``."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, floating=True)
         if t.dim() != 4:
@@ -218,123 +239,147 @@ def attend(
             f"q, k, v must agree in batch and head_dim (k and v fully), got "
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
-    H_kv = k.shape[1]
-    if H % H_kv:
+    if k.shape[1] == 0 or H % k.shape[1]:
         raise ValueError(
-            f"q has {H} heads and k/v have {H_kv}: the query heads must be a multiple of the kv "
-            "heads (grouped-query attention)"
+            f"q has {H} heads and k/v have {k.shape[1]}: the query heads must be a multiple of "
+            "the kv heads (grouped-query attention)"
         )
-    if key_positions is None and k.shape[-2] != Lq:
+    if not own_keys and k.shape[-2] != Lq:
         raise ValueError(
             f"q and k must hold the same new tokens, got {Lq} and {k.shape[-2]}; "
             "earlier keys belong in the cache (or give key_positions for keys of their own)"
         )
+    return B, Lq
+
+
+def _check_options(
+    scheme: object, cache: object, backend: object, causal: object, window: object, dropout_p: object
+) -> tuple[PositionScheme, bool, int | None, float]:
+    """The plain arguments: ``(scheme or NoPE, causal, window, dropout_p)``, checked."""
     if scheme is not None and not isinstance(scheme, PositionScheme):
         raise TypeError(f"scheme must be a PositionScheme or None, got {type(scheme).__name__}")
     if cache is not None and not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-    if backend not in BACKENDS:
+    if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    causal = _check_bool("causal", causal)
-    dropout_p = _check_dropout("dropout_p", dropout_p)
-    if window is not None:
-        window = check_int("window", window, minimum=1)
-    scheme = scheme if scheme is not None else _NOPE
+    return (
+        scheme if scheme is not None else _NOPE,
+        _check_bool("causal", causal),
+        None if window is None else check_int("window", window, minimum=1),
+        _check_dropout("dropout_p", dropout_p),
+    )
 
-    doc = None
-    if document_ids is not None:
-        if key_positions is not None:
+
+def _positions(
+    q: Tensor, k: Tensor, positions: Tensor | None, key_positions: Tensor | None,
+    document_ids: Tensor | None, cache: KVCache | None,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """``(query positions, key positions or None, document ids [B, Lq] or None)``, checked.
+    The queries' positions are given, restart per document, or follow the cache."""
+    B, Lq = q.shape[0], q.shape[-2]
+    doc = k_pos = None
+    if key_positions is not None:
+        if document_ids is not None:
             raise ValueError("document_ids with key_positions is not supported: give the "
                              "gathered keys' positions and mask documents with attention_mask")
-        doc = _positions_arg("document_ids", document_ids, B, Lq).expand(B, Lq)
-    positions_given = positions is not None
-    if positions is None:
-        if doc is not None:
-            if cache is not None and (cache.k is not None):
-                raise ValueError("with document_ids and a non-empty cache, give positions "
-                                 "(the documents' positions continue across calls)")
-            positions = packed_positions(doc)  # [B, Lq]
-        elif cache is not None:
-            positions = cache.next_positions(Lq, q.device)  # [Lq]
-        else:
-            positions = torch.arange(Lq, device=q.device)  # [Lq]
-    else:
-        positions = _positions_arg("positions", positions, B, Lq).to(q.device)
-    if key_positions is not None:
-        key_positions = _positions_arg("key_positions", key_positions, B, k.shape[-2]).to(q.device)
-
-    if key_positions is None:  # a scheme written for the 3-argument hook keeps working
-        q, k = scheme.rotate(q, k, positions)  # [B, H, L, Dh], [B, H_kv, L, Dh]
-    else:
-        q, k = scheme.rotate(q, k, positions, key_positions)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
-    k_new_pos = positions if key_positions is None else key_positions
-    valid: Tensor | None = None
+        k_pos = check_rows("key_positions", key_positions, B, k.shape[-2], labels=False).to(q.device)
+    if document_ids is not None:
+        doc = check_rows("document_ids", document_ids, B, Lq, labels=True).to(q.device).expand(B, Lq)
+    if positions is not None:
+        return check_rows("positions", positions, B, Lq, labels=False).to(q.device), k_pos, doc
+    if doc is not None:
+        if cache is not None and cache.k is not None:
+            raise ValueError("with document_ids and a non-empty cache, give positions "
+                             "(the documents' positions continue across calls)")
+        return packed_positions(doc), k_pos, doc  # [B, Lq]
     if cache is not None:
-        view = cache.update(k, v, k_new_pos, doc)
-        k, v, k_pos, k_doc, valid, q_slot = view
-    else:
-        k_pos, k_doc, q_slot = k_new_pos, doc, k.shape[-2] - Lq
-    Lk = k.shape[-2]
+        return cache.next_positions(Lq, q.device), k_pos, doc  # [Lq]
+    return torch.arange(Lq, device=q.device), k_pos, doc  # [Lq]
 
-    key_valid = None
-    if attention_mask is not None:
-        key_valid = _check_mask("attention_mask", attention_mask)
-        if cache is not None and cache.static and key_valid.shape[-1] < Lk:
-            key_valid = F.pad(key_valid, (0, Lk - key_valid.shape[-1]), value=False)
-        if key_valid.shape != (B, Lk) and key_valid.shape != (1, Lk):
+
+def _all_keys(
+    k: Tensor, v: Tensor, k_pos: Tensor, doc: Tensor | None, cache: KVCache | None, Lq: int
+) -> CacheView:
+    """Every key the queries attend over: the cache's after adding the new ones, or the new."""
+    if cache is not None:
+        return cache._update(k, v, k_pos, doc)
+    return CacheView(k, v, k_pos, doc, None, k.shape[-2] - Lq)
+
+
+def _key_valid(
+    attention_mask: Tensor | None, keys: CacheView, cache: KVCache | None, B: int, Lq: int
+) -> Tensor | None:
+    """``[1 | B, Lk]`` bool: the keys that are real tokens (and written, in a static cache);
+    None when every key is."""
+    if attention_mask is None:
+        return None if keys.valid is None else keys.valid[None]
+    key_valid = _check_mask("attention_mask", attention_mask)
+    Lk, T = keys.k.shape[-2], key_valid.shape[-1]
+    if cache is not None and cache.static and T < Lk:  # the slots past the mask: unwritten
+        if not is_compiling() and T < int(keys.q_slot) + Lq:
             raise ValueError(
-                f"attention_mask must have shape [{B}, {Lk}] (cached plus new keys), got "
-                f"{tuple(attention_mask.shape)}"
+                f"attention_mask covers {T} keys, but the cache held {int(keys.q_slot)} and this "
+                f"call adds {Lq}: it must cover the {int(keys.q_slot) + Lq} cached plus new keys "
+                f"(or all max_len={Lk} slots)"
             )
-        key_valid = key_valid.to(q.device)
-    if valid is not None:
-        key_valid = valid[None] if key_valid is None else key_valid & valid
+        key_valid = F.pad(key_valid, (0, Lk - T), value=False)
+    if key_valid.shape[0] not in (1, B) or key_valid.shape[-1] != Lk:
+        want = f"[{B}, {Lk}] (cached plus new keys)" if cache is None or not cache.static else (
+            f"[{B}, T] with the cached plus new keys <= T <= max_len={Lk}")
+        raise ValueError(f"attention_mask must have shape {want}, got {tuple(attention_mask.shape)}")
+    key_valid = key_valid.to(keys.k.device)
+    return key_valid if keys.valid is None else key_valid & keys.valid
 
-    general = (
-        key_valid is not None or doc is not None or window is not None or key_positions is not None
-        or (cache is not None and cache.evicted) or (positions_given and scheme.has_bias)
-    )
-    gqa = H != H_kv
-    if not general:
-        return _attend_fast(q, k, v, scheme, causal, backend, dropout_p, gqa)
 
-    rule = Visibility(
-        q_pos=positions.expand(B, Lq), k_pos=k_pos.expand(B, Lk),
-        q_slot=q_slot + torch.arange(Lq, device=q.device), causal=causal,
-        by_position=key_positions is not None, window=window,
-        key_valid=None if key_valid is None else key_valid.expand(B, Lk),
-        q_doc=doc, k_doc=None if k_doc is None else k_doc.expand(B, Lk),
-    )
+def _attend_by_rule(
+    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, rule: Visibility, backend: str,
+    dropout_p: float, index_bias: bool,
+) -> Tensor:
+    """Attention under a visibility rule: FlexAttention with a ``BlockMask`` and ``score_mod``,
+    or one dense mask for SDPA / the written-out softmax. A row that sees no key is zeros."""
+    H, gqa = q.shape[1], q.shape[1] != k.shape[1]
     if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
         fn = _flex_fn()
         if fn is not None:
-            score_mod = scheme.position_score_mod(rule.q_pos, rule.k_pos, causal=causal)
+            score_mod = scheme.position_score_mod(rule.q_pos, rule.k_pos, causal=rule.causal)
             if score_mod is None and scheme.has_bias:
                 raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
             block_mask = block_visibility(rule, H)
             return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
     allowed = dense_visibility(rule)  # [B, 1, Lq, Lk]
-    bias = scheme.position_bias(rule.q_pos, rule.k_pos, causal=causal)  # [B, H, Lq, Lk] or None
+    seen = allowed.any(-1, keepdim=True)  # [B, 1, Lq, 1] False: a row that sees no key
+    allowed = allowed | ~seen  # such a row attends to every key, then is set to zero
+    bias = _rule_bias(scheme, rule, H, q.shape[-2], k.shape[-2], index_bias)  # [B | 1, H, Lq, Lk]
+    if backend == "math":
+        scores = q @ _repeat_kv(k, H // k.shape[1]).transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if bias is not None:
+            scores = scores + bias  # [B, H, Lq, Lk]
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = F.dropout(scores.float().softmax(dim=-1), p=dropout_p).to(q.dtype)
+        out = probs @ _repeat_kv(v, H // k.shape[1])
+    else:
+        mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
+        out = _sdpa(q, k, v, mask, dropout_p, gqa)
+    return out.masked_fill(~seen, 0.0)  # [B, H, Lq, Dh]
+
+
+def _rule_bias(
+    scheme: PositionScheme, rule: Visibility, H: int, Lq: int, Lk: int, index_bias: bool
+) -> Tensor | None:
+    """The scheme's float32 bias from the rule's positions, ``[B | 1, H, Lq, Lk]`` or None."""
+    bias = scheme.position_bias(rule.q_pos, rule.k_pos, causal=rule.causal)  # [B, H, Lq, Lk]
     if bias is None and scheme.has_bias:  # a scheme with an index-only bias(q_len, k_len)
-        if key_positions is not None or (cache is not None and (cache.static or cache.evicted)):
+        if not index_bias:
             raise ValueError(
                 f"scheme {scheme.name!r} defines bias(q_len, k_len) but not position_bias, so it "
                 "cannot follow key_positions, a static cache or an evicting cache"
             )
-        index_bias = scheme.bias(Lq, Lk, causal=causal)  # [H, Lq, Lk]
-        if index_bias is not None:
-            bias = index_bias[None].to(torch.float32)  # [1, H, Lq, Lk]
+        index = scheme.bias(Lq, Lk, causal=rule.causal)  # [H, Lq, Lk]
+        if index is not None:
+            bias = index[None].to(torch.float32)  # [1, H, Lq, Lk]
     if bias is not None and bias.shape[1] not in (1, H):
         raise ValueError(f"scheme {scheme.name!r} has a bias for {bias.shape[1]} heads but q has {H} heads")
-    if backend == "math":
-        scores = q @ _repeat_kv(k, H // H_kv).transpose(-2, -1) / math.sqrt(D)  # [B, H, Lq, Lk]
-        if bias is not None:
-            scores = scores + bias
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        probs = F.dropout(scores.float().softmax(dim=-1), p=dropout_p).to(q.dtype)
-        return probs @ _repeat_kv(v, H // H_kv)
-    mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
-    return _sdpa(q, k, v, mask, dropout_p, gqa)
+    return bias
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, gqa: bool,
@@ -355,11 +400,11 @@ _HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
 
 def _attend_fast(
     q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, causal: bool, backend: str,
-    dropout_p: float, gqa: bool,
+    dropout_p: float,
 ) -> Tensor:
     """No padding, documents, window or moved keys: SDPA's ``is_causal`` or the scheme's cached
-    ``[1, H, Lq, Lk]`` bias (queries are the last ``Lq`` keys)."""
-    q_len, k_len = q.shape[-2], k.shape[-2]
+    ``[1, H, Lq, Lk]`` bias (queries are the last ``Lq`` keys, so every row sees a key)."""
+    q_len, k_len, gqa = q.shape[-2], k.shape[-2], q.shape[1] != k.shape[1]
     if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
         score_mod = scheme.score_mod(k_len - q_len)
         if score_mod is None and scheme.has_bias:  # e.g. T5: the bias from default positions
@@ -433,6 +478,7 @@ def _check_dropout(name: str, value: object) -> float:
 
 
 _NOPE = NoPE()
+_layers_made = 0
 
 
 class MultiHeadAttention(nn.Module):
@@ -445,6 +491,11 @@ class MultiHeadAttention(nn.Module):
     ``window=W`` makes every query see only its last ``W`` keys (itself included), as Mistral's
     and Gemma's sliding-window layers. The ``embed`` hook is *not* applied here: the model
     adds it to the token embeddings.
+
+    ``layer_name`` (default ``"MultiHeadAttention#<n>"``, unique per layer made) names the layer
+    in errors: a :class:`~posenc.cache.KVCache` is claimed by the first layer that writes it,
+    and another layer given it raises (a cache serves one layer; see
+    :class:`~posenc.cache.LayerCaches`).
     """
 
     def __init__(
@@ -494,6 +545,9 @@ class MultiHeadAttention(nn.Module):
         kv = self.num_kv_heads * self.head_dim
         self.qkv = nn.Linear(dim, dim + 2 * kv, bias=bias)  # [q | k | v] rows
         self.proj = nn.Linear(dim, dim, bias=bias)
+        global _layers_made
+        _layers_made += 1
+        self.layer_name = f"MultiHeadAttention#{_layers_made}"
 
     def forward(
         self,
@@ -516,10 +570,11 @@ class MultiHeadAttention(nn.Module):
         layer's. Dropout on the attention weights acts in training mode.
 
         Raises:
-            TypeError: ``x`` is not a floating-point tensor, ``positions`` not an integer
-                tensor, ``cache`` not a :class:`~posenc.cache.KVCache`.
-            ValueError: ``x`` is not ``[B, L, dim]``; ``positions`` has the wrong shape or a
-                negative entry; ``cache`` holds keys of another batch, head count or head size.
+            TypeError: ``x`` is not a floating-point tensor of the layer's dtype, ``positions``
+                not an integer tensor, ``cache`` not a :class:`~posenc.cache.KVCache`.
+            ValueError: ``x`` is not ``[B, L, dim]`` on the layer's device; ``positions`` has
+                the wrong shape or a negative entry; ``cache`` holds keys of another batch,
+                head count or head size, or another layer's keys.
         """
         check_tensor("x", x, floating=True)
         if x.dim() != 3 or x.shape[-1] != self.dim:
@@ -530,6 +585,15 @@ class MultiHeadAttention(nn.Module):
                 f"x must have the layer's dtype {w.dtype}, got {x.dtype}; cast one of them "
                 f"(x.to({w.dtype}) or layer.to({x.dtype}))"
             )
+        if x.device != w.device:
+            raise ValueError(
+                f"x must be on the layer's device {w.device}, got {x.device}; move one of them "
+                f"(x.to('{w.device}') or layer.to('{x.device}'))"
+            )
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+            cache.claim(self.layer_name)
         H, H_kv, Dh = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv(x)  # [B, L, (H + 2 H_kv) Dh]
         if H_kv == H:

@@ -9,16 +9,21 @@ sinks; Xiao et al., 2024, StreamingLLM) ALiBi and T5 still see the true distance
 ``[B, H_kv, N, D_h]`` on the first update and writes each step in place at a write pointer kept
 as a tensor, so every decode step has the same shapes and ``torch.compile`` compiles the step
 once (the unwritten slots are masked out), as transformers' ``StaticCache`` does.
+
+A cache serves one attention layer: :class:`~posenc.attention.MultiHeadAttention` claims the
+cache it first writes and refuses one another layer wrote. A model holds one cache per layer
+in a :class:`LayerCaches` (as transformers' ``Cache`` holds one per layer).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ._checks import check_int, check_tensor, is_compiling
+from ._checks import check_int, check_rows, check_tensor, is_compiling
 
 
 class CacheView(NamedTuple):
@@ -37,7 +42,8 @@ class KVCache:
 
     ``max_len=None``: the cache grows by concatenation. ``max_len=N``: preallocated for ``N``
     tokens at the first update and written in place (for ``torch.compile``); more than ``N``
-    tokens is an error. One cache per layer.
+    tokens is an error. One cache per layer (:class:`LayerCaches` holds one per layer of a
+    model); :class:`~posenc.attention.MultiHeadAttention` refuses a cache another layer wrote.
     """
 
     def __init__(self, max_len: int | None = None) -> None:
@@ -49,6 +55,19 @@ class KVCache:
         self.filled: Tensor | None = None  # static: 0-dim int64, slots written so far
         self.seen = 0  # dynamic: tokens appended so far (evict does not change it)
         self.evicted = False
+        self.owner: str | None = None  # the layer that wrote it (MultiHeadAttention.layer_name)
+
+    def claim(self, layer: str) -> None:
+        """Record that ``layer`` (a name) writes this cache, or raise if another layer did:
+        a cache holds one layer's keys, and a second layer would attend to them."""
+        if self.owner is None:
+            self.owner = layer
+        elif self.owner != layer:
+            raise ValueError(
+                f"cache: this KVCache holds the keys of layer {self.owner!r}, and layer {layer!r} "
+                "was given it too; a cache serves one layer: give each layer its own "
+                "(posenc.LayerCaches(num_layers) holds one per layer)"
+            )
 
     @property
     def static(self) -> bool:
@@ -92,12 +111,27 @@ class KVCache:
         self, k: Tensor, v: Tensor, positions: Tensor | None = None, document_ids: Tensor | None = None
     ) -> CacheView:
         """Add the new ``k, v [B, H_kv, L, D_h]`` at ``positions [L]`` or ``[B, L]`` (default:
-        after the tokens seen) with their ``document_ids [B, L]``; return everything cached."""
+        after the tokens seen) with their ``document_ids [L]`` or ``[B, L]``; return everything
+        cached. ``positions`` are checked as :func:`~posenc.attention.attend` checks them
+        (integers in ``[0, 2**24)``), ``document_ids`` are integer labels."""
         self._check_new(k, v)
+        B, L = k.shape[0], k.shape[-2]
+        if positions is not None:
+            positions = check_rows("positions", positions, B, L, labels=False)
+        if document_ids is not None:
+            document_ids = check_rows("document_ids", document_ids, B, L, labels=True)
+        return self._update(k, v, positions, document_ids)
+
+    def _update(
+        self, k: Tensor, v: Tensor, positions: Tensor | None, document_ids: Tensor | None
+    ) -> CacheView:
+        """``update`` on arguments :func:`~posenc.attention.attend` has already checked."""
         B, L = k.shape[0], k.shape[-2]
         if positions is None:
             positions = self.next_positions(L, k.device)
         pos = positions.to(k.device, torch.long).expand(B, L)  # [B, L]
+        if document_ids is not None:
+            document_ids = document_ids.to(k.device).expand(B, L)  # [B, L]
         if (document_ids is None) != (self.document_ids is None) and self.k is not None:
             raise ValueError(
                 "document_ids must be given on every call with this cache or on none "
@@ -150,23 +184,68 @@ class KVCache:
     def evict(self, keep: Tensor) -> None:
         """Keep only the cached slots ``keep`` (a 1-D index or bool tensor over the ``T`` slots),
         e.g. a few sink tokens plus the last ``W``. Positions are kept with their keys, so
-        later tokens still get their true distances. Growing caches only."""
+        later tokens still get their true distances. Growing caches only.
+
+        Each index names one slot in ``[-T, T)`` (negative counts from the end, as Python's)
+        and appears once: a slot kept twice would count twice in every later softmax."""
         if self.static:
             raise ValueError("evict works on a growing KVCache (max_len=None), not a static one")
         check_tensor("keep", keep, min_dim=1)
         if self.k is None or self.v is None or self.positions is None:
             raise ValueError("evict: the cache is empty")
+        T = self.k.shape[-2]
         if keep.dtype == torch.bool:
-            if keep.shape != (self.k.shape[-2],):
-                raise ValueError(f"a bool keep must have shape [{self.k.shape[-2]}], got {tuple(keep.shape)}")
-            keep = keep.nonzero().squeeze(-1)
-        elif keep.is_floating_point() or keep.dim() != 1:
+            if keep.shape != (T,):
+                raise ValueError(
+                    f"keep: a bool keep must have shape [{T}] (one flag per slot the cache "
+                    f"holds), got {tuple(keep.shape)}"
+                )
+            keep = keep.to(self.k.device).nonzero().squeeze(-1)
+        elif keep.is_floating_point() or keep.is_complex() or keep.dim() != 1:
             raise TypeError(
                 f"keep must be a 1-D integer or bool tensor, got {keep.dtype} {tuple(keep.shape)}"
             )
+        elif keep.numel():
+            lo, hi = int(keep.min()), int(keep.max())
+            if lo < -T or hi >= T:
+                raise ValueError(
+                    f"keep must index the {T} slots the cache holds (in [{-T}, {T})), got "
+                    f"values from {lo} to {hi}"
+                )
+            keep = keep.to(self.k.device, torch.long) % T
+            if keep.unique().numel() != keep.numel():
+                raise ValueError(
+                    f"keep must name each of the {T} slots the cache holds at most once, got "
+                    f"{keep.tolist()} (a slot kept twice counts twice in every later softmax)"
+                )
         keep = keep.to(self.k.device)
         self.k, self.v = self.k[:, :, keep], self.v[:, :, keep]
         self.positions = self.positions[:, keep]
         if self.document_ids is not None:
             self.document_ids = self.document_ids[:, keep]
         self.evicted = True
+
+
+class LayerCaches(Sequence[KVCache]):
+    """One :class:`KVCache` per layer of a model, as transformers' ``Cache`` holds one per layer.
+
+    ``LayerCaches(num_layers, max_len=None)``; ``caches[i]`` is layer ``i``'s cache. Pass it
+    where a model takes its caches (``TransformerLM(...)(tokens, caches=caches)``) and give
+    ``caches[i]`` to layer ``i``: a cache holds one layer's keys.
+    """
+
+    def __init__(self, num_layers: int, *, max_len: int | None = None) -> None:
+        num_layers = check_int("num_layers", num_layers, minimum=1)
+        self.layers = tuple(KVCache(max_len) for _ in range(num_layers))
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        return self.layers[i]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self) -> Iterator[KVCache]:
+        return iter(self.layers)
+
+    def __repr__(self) -> str:
+        return f"LayerCaches({len(self.layers)} layers, {len(self.layers[0])} tokens held)"

@@ -10,6 +10,9 @@ layout: query ``m`` may see key ``n`` when
 - ``document_ids``: both are in the same document (packed rows);
 - ``attention_mask``: the key is a real token (not padding) and, in a static cache, written.
 
+A query that may see no key at all (a fully padded row, a query before every gathered key)
+gets zeros from attention on every backend, as FlexAttention gives.
+
 ``dense_visibility`` gives the boolean ``[B, 1, Lq, Lk]`` SDPA takes; ``block_visibility``
 gives FlexAttention's ``BlockMask`` (Dong et al., 2024) from ``[Lq / 128, Lk / 128]`` tables of
 per-tile bounds, so no ``[Lq, Lk]`` tensor is ever built.
@@ -58,17 +61,15 @@ class Visibility:
 
 
 def dense_visibility(rule: Visibility) -> Tensor:
-    """Boolean ``[B, 1, Lq, Lk]``; a query row that would see nothing (a padded query) sees every
-    key instead, so softmax stays finite: such rows are meaningless, never NaN."""
+    """Boolean ``[B, 1, Lq, Lk]``, True where query ``m`` may see key ``n``. A row may be all
+    False (a padded query, a query before every key): attention returns zeros there."""
     B, Lq = rule.q_pos.shape
     Lk = rule.k_pos.shape[-1]
     dev = rule.q_pos.device
     b = torch.arange(B, device=dev)[:, None, None]  # [B, 1, 1]
     qi = torch.arange(Lq, device=dev)[None, :, None]  # [1, Lq, 1]
     ki = torch.arange(Lk, device=dev)[None, None, :]  # [1, 1, Lk]
-    ok = rule.allowed(b, qi, ki)  # [B, Lq, Lk]
-    ok = ok | ~ok.any(-1, keepdim=True)
-    return ok[:, None]  # [B, 1, Lq, Lk]
+    return rule.allowed(b, qi, ki)[:, None]  # [B, 1, Lq, Lk]
 
 
 def _tiles(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
