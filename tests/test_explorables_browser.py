@@ -146,8 +146,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    chromium = os.environ.get("POSENC_CHROMIUM") or shutil.which("chromium") \
-        or shutil.which("chromium-browser")
+    chromium = os.environ.get("POSENC_CHROMIUM") or next(
+        (found for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+         if (found := shutil.which(name))), None)
     if chromium is None:
         _unavailable("no chromium on PATH (Debian: `apt-get install chromium`)")
     try:
