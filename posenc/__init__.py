@@ -11,7 +11,7 @@ package never imports it.
 from .alibi import alibi_bias, alibi_bias_padded, alibi_score_mod, alibi_slopes
 from .attention import MultiHeadAttention, attend, causal_block_mask, causal_mask
 from .axial import axial_rope_cos_sin
-from .cache import KVCache
+from .cache import KVCache, LayerCaches
 from .device import default_device
 from .learned import LearnedPositionalEmbedding
 from .mla import mla_rope
@@ -67,6 +67,7 @@ __all__ = [
     "RopeWavelengths",
     "ALiBi",
     "KVCache",
+    "LayerCaches",
     "LearnedPE",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",

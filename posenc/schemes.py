@@ -176,9 +176,22 @@ class RoPE(PositionScheme):
 
 
 MASK_CACHE_BYTES = 256 << 20
-"""The largest bias mask a scheme keeps between calls (default 256 MiB: 8 heads at L = 2896 in
-float32). A longer pass builds its mask per call and frees it; for long sequences the ``flex``
-backend never builds one at all. Set it to 0 to cache nothing."""
+"""The largest bias mask a scheme keeps between calls, in bytes: an int >= 0 (default 256 MiB:
+8 heads at L = 2896 in float32). A longer pass builds its mask per call and frees it; for long
+sequences the ``flex`` backend never builds one at all. Set it to 0 to cache nothing. A scheme's
+own ``cache_bytes`` (an int >= 0, or None: use this one) overrides it."""
+
+
+def _check_budget(name: str, value: object) -> int:
+    """A mask-cache budget: an int of bytes >= 0 (0 caches nothing)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{name} must be an int number of bytes >= 0 (0: cache no mask), got {value!r} "
+            f"({type(value).__name__})"
+        )
+    if value < 0:
+        raise ValueError(f"{name} must be an int number of bytes >= 0 (0: cache no mask), got {value}")
+    return value
 
 
 class _CachedMask(PositionScheme):
@@ -190,7 +203,17 @@ class _CachedMask(PositionScheme):
     under ``MASK_CACHE_BYTES`` (or the scheme's ``cache_bytes``); ``clear_cache()`` frees it."""
 
     _mask: tuple[tuple, Tensor] | None = None
-    cache_bytes: int | None = None  # per-scheme override of posenc.schemes.MASK_CACHE_BYTES
+    _cache_bytes: int | None = None
+
+    @property
+    def cache_bytes(self) -> int | None:
+        """This scheme's mask-cache budget in bytes (an int >= 0), or None: use
+        ``posenc.schemes.MASK_CACHE_BYTES``."""
+        return self._cache_bytes
+
+    @cache_bytes.setter
+    def cache_bytes(self, value: int | None) -> None:
+        self._cache_bytes = None if value is None else _check_budget("cache_bytes", value)
 
     def clear_cache(self) -> None:
         """Drop the cached mask (it is rebuilt on the next call)."""
@@ -223,7 +246,10 @@ class _CachedMask(PositionScheme):
         if self._mask is not None and self._mask[0] == key and self._mask[1].shape[-1] >= k_len:
             return self._mask[1][:, :, k_len - q_len : k_len, :k_len]  # [1, H, Lq, Lk]
         mask = self._build(q_len, k_len, causal, device).to(dtype)[None]  # [1, H, Lq, Lk]
-        budget = MASK_CACHE_BYTES if self.cache_bytes is None else self.cache_bytes
+        if self._cache_bytes is None:
+            budget = _check_budget("posenc.schemes.MASK_CACHE_BYTES", MASK_CACHE_BYTES)
+        else:
+            budget = self._cache_bytes
         if q_len == k_len and mask.numel() * mask.element_size() <= budget:
             self._mask = (key, mask)
         return mask

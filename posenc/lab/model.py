@@ -17,6 +17,7 @@ comparison needs live in :func:`scheme_kwargs`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,7 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_float, check_int, check_positions, check_tensor, is_compiling
-from ..attention import KVCache, MultiHeadAttention
+from ..attention import MultiHeadAttention
+from ..cache import KVCache, LayerCaches
 from ..positions import packed_positions
 from ..schemes import SCHEMES, PositionScheme, RoPE, make_scheme
 from ..temperature import llama4_attn_scale
@@ -214,6 +216,8 @@ class TransformerLM(nn.Module):
                     for n in dict.fromkeys(config.scheme)}
             layers = [made[n] for n in config.scheme]
         self.blocks = nn.ModuleList(Block(config, layers[i]) for i in range(config.num_layers))
+        for i, block in enumerate(self.blocks):  # errors name the block: a cache serves one layer
+            block.attn.layer_name = f"{block.attn.layer_name} (blocks.{i}.attn)"
         self.ln_f = nn.LayerNorm(d)
         self.reset_parameters()
 
@@ -240,7 +244,7 @@ class TransformerLM(nn.Module):
         tokens: Tensor,
         *,
         positions: Tensor | None = None,
-        caches: list[KVCache] | None = None,
+        caches: Sequence[KVCache] | None = None,
         attention_mask: Tensor | None = None,
         document_ids: Tensor | None = None,
     ) -> Tensor:
@@ -248,7 +252,8 @@ class TransformerLM(nn.Module):
         (integers in ``[0, vocab_size)``).
 
         ``positions`` (``[L]`` or ``[B, L]``, non-negative integers) default to ``arange(L)``
-        after whatever the ``caches`` (one :class:`~posenc.cache.KVCache` per block) already
+        after whatever the ``caches`` (a :class:`~posenc.cache.LayerCaches`, or any sequence of
+        one :class:`~posenc.cache.KVCache` per block, each a different cache) already
         hold; the caches are extended in place, so decoding token by token gives the logits of
         one full pass. ``attention_mask [B, T]`` (1 = real token, cached plus new) and
         ``document_ids [B, L]`` (packed rows; positions then restart per document) go to every
@@ -259,8 +264,8 @@ class TransformerLM(nn.Module):
             TypeError: ``tokens`` is not an integer tensor ``[B, L]``, ``positions`` not an
                 integer tensor.
             ValueError: a token id is outside ``[0, vocab_size)``; ``caches`` does not hold one
-                cache per block; ``positions`` has the wrong shape or a negative entry, or a
-                position is past a learned table's ``max_len``.
+                cache per block, or holds one cache twice; ``positions`` has the wrong shape or a
+                negative entry, or a position is past a learned table's ``max_len``.
         """
         check_tensor("tokens", tokens)
         if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.dim() != 2:
@@ -275,10 +280,8 @@ class TransformerLM(nn.Module):
                 f"tokens must lie in [0, {self.config.vocab_size - 1}] (vocab_size), got values from "
                 f"{int(tokens.min())} to {int(tokens.max())}"
             )
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(
-                f"caches must hold one KVCache per block ({len(self.blocks)}), got {len(caches)}"
-            )
+        if caches is not None:
+            self._check_caches(caches)
         given = positions  # None: attention keeps its default positions (and cached masks)
         if positions is None:
             L = tokens.shape[1]
@@ -294,6 +297,29 @@ class TransformerLM(nn.Module):
                       attention_mask=attention_mask, document_ids=document_ids)
         return self.ln_f(x) @ self.embed.weight.T  # [B, L, vocab]
 
+    def _check_caches(self, caches: object) -> None:
+        """One distinct :class:`~posenc.cache.KVCache` per block."""
+        if not isinstance(caches, Sequence) or isinstance(caches, str):
+            raise TypeError(
+                f"caches must be a LayerCaches or a list of one KVCache per block, got "
+                f"{type(caches).__name__}"
+            )
+        if len(caches) != len(self.blocks):
+            raise ValueError(
+                f"caches must hold one KVCache per block ({len(self.blocks)}), got {len(caches)}; "
+                f"posenc.LayerCaches({len(self.blocks)}) makes them"
+            )
+        for i, c in enumerate(caches):
+            if not isinstance(c, KVCache):
+                raise TypeError(f"caches[{i}] must be a KVCache, got {type(c).__name__}")
+            for j in range(i):
+                if caches[j] is c:
+                    raise ValueError(
+                        f"caches[{j}] and caches[{i}] are the same KVCache: a cache serves one "
+                        f"layer (blocks.{j}.attn and blocks.{i}.attn would share keys); "
+                        f"posenc.LayerCaches({len(self.blocks)}) makes one per block"
+                    )
+
     def loss(self, tokens: Tensor, targets: Tensor, *, reduction: str = "mean") -> Tensor:
         """Cross-entropy (nats) of ``targets [B, L]`` given ``tokens [B, L]``."""
         logits = self(tokens)
@@ -307,7 +333,7 @@ class TransformerLM(nn.Module):
         ``temperature=0``); returns ``[B, L + max_new_tokens]``."""
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
         temperature = check_float("temperature", temperature, minimum=0.0)
-        caches = [KVCache() for _ in self.blocks]
+        caches = LayerCaches(len(self.blocks))
         out, nxt = prompt, prompt
         for _ in range(max_new_tokens):
             logits = self(nxt, caches=caches)[:, -1].float()  # [B, vocab]
