@@ -282,11 +282,13 @@ def _positions(
         if document_ids is not None:
             raise ValueError("document_ids with key_positions is not supported: give the "
                              "gathered keys' positions and mask documents with attention_mask")
-        k_pos = check_rows("key_positions", key_positions, B, k.shape[-2], labels=False).to(q.device)
+        k_pos = check_rows("key_positions", key_positions, B, k.shape[-2], labels=False)
+        k_pos = k_pos.to(q.device, torch.long)  # int64: differences of uint8 would wrap
     if document_ids is not None:
         doc = check_rows("document_ids", document_ids, B, Lq, labels=True).to(q.device).expand(B, Lq)
     if positions is not None:
-        return check_rows("positions", positions, B, Lq, labels=False).to(q.device), k_pos, doc
+        positions = check_rows("positions", positions, B, Lq, labels=False)
+        return positions.to(q.device, torch.long), k_pos, doc
     if doc is not None:
         if cache is not None and cache.k is not None:
             raise ValueError("with document_ids and a non-empty cache, give positions "

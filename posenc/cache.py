@@ -60,6 +60,8 @@ class KVCache:
     def claim(self, layer: str) -> None:
         """Record that ``layer`` (a name) writes this cache, or raise if another layer did:
         a cache holds one layer's keys, and a second layer would attend to them."""
+        if not isinstance(layer, str):
+            raise TypeError(f"layer must be a str (the layer's name), got {type(layer).__name__}")
         if self.owner is None:
             self.owner = layer
         elif self.owner != layer:
@@ -83,6 +85,7 @@ class KVCache:
 
     def next_positions(self, length: int, device: torch.device) -> Tensor:
         """Default positions of ``length`` new tokens: they follow every token seen so far."""
+        length = check_int("length", length, minimum=0)
         start = self.filled if self.filled is not None else self.seen
         return start + torch.arange(length, device=device)  # [L]
 
@@ -114,8 +117,8 @@ class KVCache:
         after the tokens seen) with their ``document_ids [L]`` or ``[B, L]``; return everything
         cached. ``positions`` are checked as :func:`~posenc.attention.attend` checks them
         (integers in ``[0, 2**24)``), ``document_ids`` are integer labels."""
-        self._check_new(k, v)
-        B, L = k.shape[0], k.shape[-2]
+        check_tensor("k", k, floating=True, min_dim=1)
+        B, L = k.shape[0], k.shape[-2] if k.dim() > 1 else 0
         if positions is not None:
             positions = check_rows("positions", positions, B, L, labels=False)
         if document_ids is not None:
@@ -125,7 +128,9 @@ class KVCache:
     def _update(
         self, k: Tensor, v: Tensor, positions: Tensor | None, document_ids: Tensor | None
     ) -> CacheView:
-        """``update`` on arguments :func:`~posenc.attention.attend` has already checked."""
+        """``update`` with positions and document ids :func:`~posenc.attention.attend` has
+        already checked (``k`` and ``v`` are checked against the cache here)."""
+        self._check_new(k, v)
         B, L = k.shape[0], k.shape[-2]
         if positions is None:
             positions = self.next_positions(L, k.device)
@@ -239,6 +244,8 @@ class LayerCaches(Sequence[KVCache]):
         self.layers = tuple(KVCache(max_len) for _ in range(num_layers))
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, int) and not -len(self.layers) <= i < len(self.layers):
+            raise IndexError(f"LayerCaches holds {len(self.layers)} layers (one cache each), got index {i}")
         return self.layers[i]
 
     def __len__(self) -> int:
