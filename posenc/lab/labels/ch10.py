@@ -28,7 +28,7 @@ LABELS = {
         "sinks_original": "4 个汇聚点，原始位置",
         "sinks_cache": "4 个汇聚点，缓存内位置",
         "rank": "rank",
-        "pairs": "因果（查询，键）对数",
+        "pairs": "因果（查询，键）对的个数",
         "contiguous": "连续切块",
         "head_tail": "首尾切块",
         "work_title": "每个 rank 的因果计算量，L = {length}，{world} 个 rank",
