@@ -158,7 +158,7 @@ def test_shard_slips(capsys):
         return torch.cat([torch.arange(r * c, (r + 1) * c),
                           torch.arange((r + w) * c, (r + w + 1) * c)])
 
-    _rejects(check, strided, capsys, "r + W")
+    _rejects(check, strided, capsys, "r + world_size")
     _rejects(check, lambda n, r, w: shard(n, r, w).flip(0), capsys, "wrong order")
     _rejects(check, lambda n, r, w: shard(n, r, w).float(), capsys, "integers")
 

@@ -120,19 +120,21 @@ def check_shard_positions(fn: Callable[[int, int, int], Tensor], *, lang: str = 
                 if torch.equal(g, contiguous):
                     hint = say(lang, en="these are contiguous chunks (load_balance=False): the "
                                "last rank then does most of the causal work; take chunk r and "
-                               "its mirror 2W - 1 - r",
+                               "its mirror 2 * world_size - 1 - r",
                                zh="这是连续切块（load_balance=False）：那样最后一个 rank 承担大部分因果计算；"
-                               "应取第 r 块和与它对称的第 2W - 1 - r 块")
+                               "应取第 r 块和与它对称的第 2 * world_size - 1 - r 块")
                 elif torch.equal(g, strided):
-                    hint = say(lang, en="chunks r and r + W do not balance the work (both grow "
-                               "with r); the second chunk is the mirror 2W - 1 - r",
-                               zh="取第 r 块和第 r + W 块并不能平衡计算量（两块都随 r 增大）；"
-                               "第二块应是对称的第 2W - 1 - r 块")
+                    hint = say(lang, en="chunks r and r + world_size do not balance the work "
+                               "(both grow with r); the second chunk is the mirror "
+                               "2 * world_size - 1 - r",
+                               zh="取第 r 块和第 r + world_size 块并不能平衡计算量（两块都随 r 增大）；"
+                               "第二块应是对称的第 2 * world_size - 1 - r 块")
                 elif torch.equal(g.sort().values, want.sort().values):
                     hint = say(lang, en="the right positions in the wrong order: the head chunk "
-                               "r first, then the tail chunk 2W - 1 - r, each in increasing order",
-                               zh="位置对了，顺序不对：先放头部的第 r 块，再放尾部的第 2W - 1 - r 块，"
-                               "每块内按递增顺序")
+                               "r first, then the tail chunk 2 * world_size - 1 - r, each in "
+                               "increasing order",
+                               zh="位置对了，顺序不对：先放头部的第 r 块，"
+                               "再放尾部的第 2 * world_size - 1 - r 块，每块内按递增顺序")
             return fail(hint, setting, lang)
     return verdict(True, say(
         lang, en="your shards equal posenc.shard_positions (torch's head-tail load balancer)\n"
