@@ -207,3 +207,25 @@ def test_bf16_keys_drift_when_re_rotated_step_by_step():
     once = prod.rotate_by(exact(start).to(torch.bfloat16), -256 * one, inv)
     single = ((once.double() - want).norm() / want.norm()).item()
     assert drift > 0.05 and single < 0.005, (drift, single)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "sinusoidal"])
+def test_attention_weights_rebuild_the_forward(models, scheme):
+    """Probabilities that sum to 1 over visible keys, 0 on future ones, and that give each
+    layer's output: the last layer's, pushed through the head, gives forward's logits."""
+    m, x = models[scheme], _tokens(2, 10, 8)
+    with torch.no_grad():
+        probs = prod.attention_weights(m, x)
+        assert len(probs) == len(m.blocks)
+        for p in probs:
+            assert p.shape == (2, 4, 10, 10)
+            torch.testing.assert_close(p.sum(-1), torch.ones(2, 4, 10))
+            assert (p.triu(1) == 0).all()
+        # the first layer's output from the probabilities equals the attention module's
+        blk = m.blocks[0]
+        h = m.scheme.embed(m.embed(x), torch.arange(10))
+        mha = blk.attn
+        v = mha.qkv(blk.ln1(h)).split([32, 32, 32], dim=-1)[2]
+        v = v.unflatten(-1, (4, 8)).transpose(1, 2)
+        y = mha.proj((probs[0] @ v).transpose(1, 2).flatten(2))
+        torch.testing.assert_close(y, prod._attention(mha, blk.ln1(h)), atol=1e-5, rtol=1e-4)

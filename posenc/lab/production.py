@@ -4,6 +4,8 @@ served and trained models run, with a visibility rule, a streaming cache, packed
 - :func:`forward`: a :class:`~posenc.lab.model.TransformerLM` forward pass that passes
   ``attention_mask``, ``document_ids`` and ``window`` to every attention layer (the lab model's
   own ``forward`` takes positions and caches only);
+- :func:`attention_weights`: every layer's attention probabilities, to see where the mass goes
+  (how much lands on the first tokens: attention sinks);
 - :func:`stream`: token-by-token decoding with a cache that keeps a few *sink* tokens and a
   sliding window (Xiao et al., 2024, StreamingLLM), keys keeping their original positions or
   taking StreamingLLM's positions inside the cache; in the second case only the sinks are
@@ -40,7 +42,7 @@ from posenc.schemes import PositionScheme
 from .model import Block, TransformerLM
 
 __all__ = [
-    "forward", "stream", "streaming_keep", "rotate_by", "first_fit", "causal_work", "shard_worker",
+    "forward", "attention_weights", "stream", "streaming_keep", "rotate_by", "first_fit", "causal_work", "shard_worker",
     "run_sharded", "sharded_reference",
 ]
 
@@ -92,6 +94,37 @@ def forward(
         )
         x = x + block.mlp(block.ln2(x))
     return model.ln_f(x) @ model.embed.weight.T  # [B, L, vocab]
+
+
+def attention_weights(model: TransformerLM, tokens: Tensor) -> list[Tensor]:
+    """The causal attention probabilities ``[B, H, L, L]`` of every layer of ``model`` for
+    ``tokens [B, L]`` at positions ``0 .. L - 1``, written out (scores, bias, mask, softmax)
+    from the same weights; each layer's output from them equals :func:`forward`'s."""
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
+    B, L = tokens.shape
+    pos = torch.arange(L, device=tokens.device)
+    future = torch.ones(L, L, dtype=torch.bool, device=tokens.device).triu(1)  # [L, L]
+    x = model.scheme.embed(model.embed(tokens), pos)  # [B, L, D]
+    out = []
+    for blk in model.blocks:
+        block = cast(Block, blk)
+        mha = block.attn
+        H, H_kv, Dh = mha.num_heads, mha.num_kv_heads, mha.head_dim
+        q, k, v = mha.qkv(block.ln1(x)).split([H * Dh, H_kv * Dh, H_kv * Dh], dim=-1)
+        q, k, v = (t.unflatten(-1, (-1, Dh)).transpose(1, 2) for t in (q, k, v))
+        q, k = mha.scheme.rotate(q, k, pos)
+        k, v = (t.repeat_interleave(H // H_kv, dim=1) for t in (k, v))  # GQA: [B, H, L, Dh]
+        scores = q.float() @ k.float().transpose(-1, -2) / Dh**0.5  # [B, H, L, L]
+        bias = mha.scheme.position_bias(pos.expand(B, -1), pos.expand(B, -1))
+        if bias is not None:
+            scores = scores + bias
+        probs = scores.masked_fill(future, float("-inf")).softmax(-1)
+        out.append(probs)
+        y = (probs.to(v.dtype) @ v).transpose(1, 2).flatten(2)  # [B, L, H * Dh]
+        x = x + mha.proj(y)
+        x = x + block.mlp(block.ln2(x))
+    return out
 
 
 def rotate_by(x: Tensor, delta: Tensor, inv_freq: Tensor, *, interleaved: bool = True) -> Tensor:
