@@ -42,8 +42,8 @@ from posenc.schemes import PositionScheme
 from .model import Block, TransformerLM
 
 __all__ = [
-    "forward", "attention_weights", "stream", "streaming_keep", "rotate_by", "first_fit", "causal_work", "shard_worker",
-    "run_sharded", "sharded_reference",
+    "forward", "attention_weights", "stream", "streaming_keep", "rotate_by", "first_fit",
+    "causal_work", "shard_worker", "run_sharded", "sharded_reference",
 ]
 
 
