@@ -236,14 +236,40 @@ def _rope_textbook(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Te
     return torch.cat([y, x[..., rd:]], dim=-1) if rd < x.shape[-1] else y
 
 
+def _rope_compiled(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """The rotation as written for ``torch.compile``: pairs ``(x0, x1)`` become
+    ``(x0 c - x1 s, x1 c + x0 s)`` with ``c``/``s`` of one angle per pair (``[..., L, rd/2]``).
+
+    Two things make Inductor's CPU code as fast as the eager kernels (issue 22,
+    ``benchmarks/repro_compile_rope.py``). ``c`` and ``s`` go through ``torch.stack``, which
+    Inductor lowers on CPU to a concatenation kernel that writes them once into a buffer;
+    written as plain pointwise ops they are inlined into every consumer, so ``cos`` and ``sin``
+    are recomputed for every batch row and head, forward and backward, in a scalar loop
+    (Inductor's CPU heuristic realises a reused ``exp``/``log``, not ``sin``/``cos``). And the
+    pair halves are strided views, stacked back at the end, instead of a turned copy
+    ``[-x1, x0]`` whose index ``i ^ 1`` keeps the loop scalar."""
+    rd = cos.shape[-1]
+    h = rd // 2
+    cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    pair = (slice(0, None, 2), slice(1, None, 2)) if interleaved else (slice(0, h), slice(h, rd))
+    cs = torch.stack([cos[..., pair[0]], sin[..., pair[0]]]).to(cdt)  # [2, ..., L, rd/2]: written once
+    c, s = cs[0], cs[1]
+    xr = x[..., :rd].to(cdt)
+    x0, x1 = xr[..., pair[0]], xr[..., pair[1]]  # [..., L, rd/2] each
+    y0, y1 = x0 * c - x1 * s, x1 * c + x0 * s
+    y = (torch.stack([y0, y1], dim=-1).flatten(-2) if interleaved else torch.cat([y0, y1], dim=-1))
+    y = y.to(x.dtype)
+    return torch.cat([y, x[..., rd:]], dim=-1) if rd < x.shape[-1] else y
+
+
 def _rope(
     x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None = None
 ) -> Tensor:
     """The rotation without checks: autograd function, textbook form, or no graph at all.
-    While compiling, the textbook form: the compiler fuses it into one kernel (complex
-    arithmetic has no code generation in Inductor) and derives its backward."""
+    While compiling, :func:`_rope_compiled`: the compiler fuses it (complex arithmetic has no
+    code generation in Inductor) and derives its backward."""
     if is_compiling():
-        return _rope_textbook(x, cos, sin, interleaved)
+        return _rope_compiled(x, cos, sin, interleaved)
     if torch.is_grad_enabled():
         if cos.requires_grad or sin.requires_grad:
             return _rope_textbook(x, cos, sin, interleaved)
