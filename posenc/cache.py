@@ -243,8 +243,10 @@ class LayerCaches(Sequence[KVCache]):
         num_layers = check_int("num_layers", num_layers, minimum=1)
         self.layers = tuple(KVCache(max_len) for _ in range(num_layers))
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
-        if isinstance(i, int) and not -len(self.layers) <= i < len(self.layers):
+    def __getitem__(self, i: int) -> KVCache:  # type: ignore[override]  # no slices
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise TypeError(f"LayerCaches index must be an int (a layer), got {type(i).__name__}")
+        if not -len(self.layers) <= i < len(self.layers):
             raise IndexError(f"LayerCaches holds {len(self.layers)} layers (one cache each), got index {i}")
         return self.layers[i]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -217,7 +217,8 @@ class TransformerLM(nn.Module):
             layers = [made[n] for n in config.scheme]
         self.blocks = nn.ModuleList(Block(config, layers[i]) for i in range(config.num_layers))
         for i, block in enumerate(self.blocks):  # errors name the block: a cache serves one layer
-            block.attn.layer_name = f"{block.attn.layer_name} (blocks.{i}.attn)"
+            attn = cast(Block, block).attn
+            attn.layer_name = f"{attn.layer_name} (blocks.{i}.attn)"
         self.ln_f = nn.LayerNorm(d)
         self.reset_parameters()
 
