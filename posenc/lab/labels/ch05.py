@@ -26,6 +26,11 @@ LABELS = {
             "[H, L, L]": "[H, L, L]",
             "[H] slopes": "[H] slopes",
         },
+        "heads": "heads",
+        "paper_rule": "paper: alibi_slopes",
+        "slope_log2": "slope λ_h (log₂ scale)",
+        "explore_slopes": "The slope of every head against its index, the paper's rule and the "
+                          "article's 1 / 2**i, on a log2 scale; a slider sets the number of heads",
     },
     "zh": {
         "paper": "论文",
@@ -52,5 +57,10 @@ LABELS = {
             "[H, L, L]": "[H, L, L]",
             "[H] slopes": "[H] 斜率",
         },
+        "heads": "头数",
+        "paper_rule": "论文：alibi_slopes",
+        "slope_log2": "斜率 λ_h（以 2 为底的对数坐标）",
+        "explore_slopes": "各注意力头的斜率随头编号的变化，论文的规则与原文的 1 / 2**i，"
+                          "以 2 为底的对数坐标；滑块调节头数",
     },
 }
