@@ -82,9 +82,19 @@ def _ch04_decay(base: float, x: list[list[float]]) -> list[torch.Tensor]:
     return [phase.cumsum(dim=1).abs().mean(dim=1)]
 
 
+def _ch05_slopes(heads: float, x: list[list[float]]) -> list[torch.Tensor]:
+    count = int(heads)
+    for xs in x:  # the head indices 0..heads-1, for both traces
+        assert torch.equal(torch.tensor(xs, dtype=torch.float64),
+                           torch.arange(count, dtype=torch.float64))
+    article = 2.0 ** -torch.arange(count, dtype=torch.float64)  # the article's 1 / 2**i
+    return [posenc.alibi_slopes(count).double(), article]
+
+
 EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = {
     "ch03-offset": _ch03_offset,
     "ch04-decay": _ch04_decay,
+    "ch05-slopes": _ch05_slopes,
 }
 
 
