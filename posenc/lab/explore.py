@@ -49,8 +49,8 @@ from typing import Any
 
 from . import plot
 
-__all__ = ["Frame", "Explorable", "explorable", "frame_data", "power_label", "plotlyjs_url",
-           "PLOTLYJS_ENV", "setup"]
+__all__ = ["Frame", "Explorable", "explorable", "heatmap", "frame_data", "power_label",
+           "plotlyjs_url", "PLOTLYJS_ENV", "setup"]
 
 PLOTLYJS_ENV = "POSENC_PLOTLYJS"
 """Environment variable of the site build: ``cdn`` (the default, the published site) or
@@ -309,6 +309,111 @@ def explorable(
     config = {"responsive": True, "displayModeBar": False, "scrollZoom": False,
               "doubleClick": False, "showTips": False}
     figure = {"data": data, "layout": layout, "config": config}
+    return Explorable(name, figure, [f.value for f in frames], height)
+
+
+def _sequential_colorscale(stops: int = 11) -> list[list[Any]]:
+    """The book's sequential map (:data:`plot.SEQUENTIAL`: viridis without its pale end) as a
+    Plotly colour scale."""
+    import matplotlib as mpl
+
+    viridis = mpl.colormaps["viridis"]
+    scale = []
+    for i in range(stops):
+        r, g, b, _ = viridis(i / (stops - 1) * 0.9)
+        scale.append([i / (stops - 1), f"rgb({round(r * 255)},{round(g * 255)},{round(b * 255)})"])
+    return scale
+
+
+def _matrix(values: Any, digits: int) -> list[list[float | None]]:
+    """A 2-D tensor or nested sequence as rows of floats; ``-inf`` and NaN (masked cells) become
+    ``None``, which Plotly leaves undrawn (the masked colour shows through); ``+inf`` is refused."""
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().double().tolist()
+    elif hasattr(values, "tolist"):
+        values = values.tolist()
+    rows = []
+    for row in values:
+        out: list[float | None] = []
+        for v in row:
+            v = float(v)
+            if math.isnan(v) or v == -math.inf:
+                out.append(None)
+            elif math.isinf(v):
+                raise ValueError(f"heatmap data may hold -inf (masked), not {v!r}")
+            else:
+                out.append(float(f"{v:.{digits}g}"))
+        rows.append(out)
+    return rows
+
+
+def heatmap(
+    name: str,
+    frames: Sequence[Frame],
+    *,
+    x: Any,
+    y: Any,
+    xlabel: str,
+    ylabel: str,
+    zlabel: str,
+    control_label: str,
+    label: str,
+    active: int = 0,
+    zrange: Sequence[float] | None = None,
+    masked_color: str = "#d9d9d9",
+    reversed_y: bool = True,
+    digits: int = 7,
+    height: int = 480,
+) -> Explorable:
+    """A heatmap whose matrix follows a slider over precomputed ``frames`` (the twin of an
+    ``imshow`` figure).
+
+    Each frame holds one trace, ``{"z": matrix}`` (rows follow ``y``, columns ``x``); ``-inf``
+    or NaN cells (a mask) are left undrawn and show ``masked_color``. ``zrange`` fixes the colour
+    scale for every frame (one scale, as a static grid of heatmaps shares one colour bar).
+    ``reversed_y`` puts row 0 at the top, as ``imshow`` does. The slider, the style and
+    ``layout.meta.posenc`` are those of :func:`explorable` (``meta.posenc.kind`` is
+    ``"heatmap"``); :func:`frame_data` with ``key="z"`` reads a step's matrix back."""
+    if not frames:
+        raise ValueError("heatmap needs at least one frame")
+    if not 0 <= active < len(frames):
+        raise ValueError(f"active must index the {len(frames)} frames, got {active}")
+    for frame in frames:
+        if len(frame.traces) != 1 or set(frame.traces[0]) != {"z"}:
+            raise ValueError(f"frame {frame.label!r} must hold one trace with 'z' only")
+    encoded = [_matrix(frame.traces[0]["z"], digits) for frame in frames]
+    xs, ys = _floats(x, digits), _floats(y, digits)
+    for frame, z in zip(frames, encoded, strict=True):
+        if len(z) != len(ys) or any(len(row) != len(xs) for row in z):
+            raise ValueError(f"frame {frame.label!r}: z must be [len(y), len(x)]")
+    trace: dict[str, Any] = {
+        "type": "heatmap", "x": xs, "y": ys, "z": encoded[active],
+        "colorscale": _sequential_colorscale(), "hoverongaps": False,
+        "colorbar": {"title": {"text": zlabel, "side": "right", "font": {"size": FONT}},
+                     "thickness": 14, "tickfont": {"size": FONT - 1}, "outlinewidth": 0},
+        "hovertemplate": f"{xlabel} %{{x}}<br>{ylabel} %{{y}}<br>{zlabel} %{{z:.4g}}"
+                         "<extra></extra>",
+    }
+    if zrange is not None:
+        trace.update(zmin=float(zrange[0]), zmax=float(zrange[1]), zauto=False)
+    # the line figure's layout and slider, then what a heatmap changes
+    base = explorable(name, [Frame(f.label, f.value, [{"y": [0.0]}], f.title) for f in frames],
+                      names=[""], x=[0.0], xlabel=xlabel, ylabel=ylabel,
+                      control_label=control_label, label=label, active=active, height=height)
+    layout = base.figure["layout"]
+    layout["plot_bgcolor"] = masked_color  # the undrawn (masked) cells
+    layout["hovermode"] = "closest"
+    layout["showlegend"] = False
+    layout["xaxis"].update(showgrid=False)  # cells fill the width: no empty band on a desktop
+    layout["yaxis"].update(showgrid=False)
+    if reversed_y:
+        layout["yaxis"]["autorange"] = "reversed"
+    layout["meta"]["posenc"]["kind"] = "heatmap"
+    layout["meta"]["posenc"]["traces"] = [0]
+    for k, step in enumerate(layout["sliders"][0]["steps"]):
+        relayout = {"title.text": frames[k].title} if frames[k].title is not None else {}
+        step["args"] = [{"z": [encoded[k]]}, relayout, [0]]
+    figure = {"data": [trace], "layout": layout, "config": base.figure["config"]}
     return Explorable(name, figure, [f.value for f in frames], height)
 
 
