@@ -31,6 +31,8 @@ LABELS = {
         "slope_log2": "slope λ_h (log₂ scale)",
         "explore_slopes": "The slope of every head against its index, the paper's rule and the "
                           "article's 1 / 2**i, on a log2 scale; a slider sets the number of heads",
+        "explore_heatmaps": "The ALiBi bias of one of eight heads over 32 positions on one colour "
+                            "scale, future keys in grey; a slider chooses the head",
     },
     "zh": {
         "paper": "论文",
@@ -62,5 +64,7 @@ LABELS = {
         "slope_log2": "斜率 λ_h（以 2 为底的对数坐标）",
         "explore_slopes": "各注意力头的斜率随头编号的变化，论文的规则与原文的 1 / 2**i，"
                           "以 2 为底的对数坐标；滑块调节头数",
+        "explore_heatmaps": "8 个头中一个头的 ALiBi 偏置，32 个位置，同一色标，未来的键为灰色；"
+                            "滑块选择注意力头",
     },
 }
