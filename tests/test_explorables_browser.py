@@ -91,10 +91,18 @@ def _ch05_slopes(heads: float, x: list[list[float]]) -> list[torch.Tensor]:
     return [posenc.alibi_slopes(count).double(), article]
 
 
+def _ch05_heatmaps(head: float, x: list[list[float]]) -> list[torch.Tensor]:
+    (xs,) = x  # a heatmap: the key positions n; the expected value is its z, [query, key]
+    assert torch.equal(torch.tensor(xs, dtype=torch.float64),
+                       torch.arange(32, dtype=torch.float64))
+    return [posenc.alibi_bias(8, 32)[int(head)].double()]  # -inf (undrawn) above the diagonal
+
+
 EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = {
     "ch03-offset": _ch03_offset,
     "ch04-decay": _ch04_decay,
     "ch05-slopes": _ch05_slopes,
+    "ch05-heatmaps": _ch05_heatmaps,
 }
 
 
