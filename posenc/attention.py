@@ -34,7 +34,7 @@ from ._checks import (
     is_compiling,
 )
 from .alibi import _check_bool
-from .cache import CacheView, KVCache
+from .cache import KVCache
 from .masks import FLEX_BLOCK, Visibility, block_visibility, dense_visibility
 from .positions import _check_mask, packed_positions
 from .schemes import NoPE, PositionScheme, make_scheme
@@ -206,21 +206,23 @@ def attend(
         q, k = scheme.rotate(q, k, q_pos)  # [B, H, L, Dh], [B, H_kv, L, Dh]
     else:
         q, k = scheme.rotate(q, k, q_pos, k_pos)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
-    keys = _all_keys(k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq)
-    key_valid = _key_valid(attention_mask, keys, cache, B, Lq)
+    k, v, keys_pos, keys_doc, written, q_slot = _all_keys(
+        k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq
+    )  # k, v [B, H_kv, Lk, Dh]; positions [Lk] or [B, Lk]; ids [B, Lk]; written slots [Lk]
+    key_valid = _key_valid(attention_mask, written, q_slot, cache, B, Lq, k.shape[-2], q.device)
     evicted = cache is not None and cache.evicted
     if (key_valid is None and doc is None and window is None and k_pos is None and not evicted
             and not (positions is not None and scheme.has_bias)):
-        return _attend_fast(q, keys.k, keys.v, scheme, causal, backend, dropout_p)
+        return _attend_fast(q, k, v, scheme, causal, backend, dropout_p)
     rule = Visibility(
-        q_pos=q_pos.expand(B, Lq), k_pos=keys.positions.expand(B, -1),
-        q_slot=keys.q_slot + torch.arange(Lq, device=q.device), causal=causal,
+        q_pos=q_pos.expand(B, Lq), k_pos=keys_pos.expand(B, -1),
+        q_slot=q_slot + torch.arange(Lq, device=q.device), causal=causal,
         by_position=k_pos is not None, window=window,
         key_valid=None if key_valid is None else key_valid.expand(B, -1),
-        q_doc=doc, k_doc=None if keys.document_ids is None else keys.document_ids.expand(B, -1),
+        q_doc=doc, k_doc=None if keys_doc is None else keys_doc.expand(B, -1),
     )
     index_bias = k_pos is None and not evicted and not (cache is not None and cache.static)
-    return _attend_by_rule(q, keys.k, keys.v, scheme, rule, backend, dropout_p, index_bias)
+    return _attend_by_rule(q, k, v, scheme, rule, backend, dropout_p, index_bias)
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int, int]:
@@ -262,11 +264,12 @@ def _check_options(
         raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    return (
+    return (  # the plain values take the quick test (this runs on every call)
         scheme if scheme is not None else _NOPE,
-        _check_bool("causal", causal),
+        causal if type(causal) is bool else _check_bool("causal", causal),
         None if window is None else check_int("window", window, minimum=1),
-        _check_dropout("dropout_p", dropout_p),
+        dropout_p if type(dropout_p) is float and 0.0 <= dropout_p <= 1.0
+        else _check_dropout("dropout_p", dropout_p),
     )
 
 
@@ -301,27 +304,29 @@ def _positions(
 
 def _all_keys(
     k: Tensor, v: Tensor, k_pos: Tensor, doc: Tensor | None, cache: KVCache | None, Lq: int
-) -> CacheView:
-    """Every key the queries attend over: the cache's after adding the new ones, or the new."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None, Tensor | int]:
+    """Every key the queries attend over, as a :class:`~posenc.cache.CacheView`'s fields: the
+    cache's after adding the new keys, or the new keys alone."""
     if cache is not None:
         return cache._update(k, v, k_pos, doc)
-    return CacheView(k, v, k_pos, doc, None, k.shape[-2] - Lq)
+    return k, v, k_pos, doc, None, k.shape[-2] - Lq  # a plain tuple: cheaper than a CacheView
 
 
 def _key_valid(
-    attention_mask: Tensor | None, keys: CacheView, cache: KVCache | None, B: int, Lq: int
+    attention_mask: Tensor | None, written: Tensor | None, q_slot: Tensor | int,
+    cache: KVCache | None, B: int, Lq: int, Lk: int, device: torch.device,
 ) -> Tensor | None:
-    """``[1 | B, Lk]`` bool: the keys that are real tokens (and written, in a static cache);
+    """``[1 | B, Lk]`` bool: the keys that are real tokens (and ``written``, in a static cache);
     None when every key is."""
     if attention_mask is None:
-        return None if keys.valid is None else keys.valid[None]
+        return None if written is None else written[None]
     key_valid = _check_mask("attention_mask", attention_mask)
-    Lk, T = keys.k.shape[-2], key_valid.shape[-1]
+    T = key_valid.shape[-1]
     if cache is not None and cache.static and T < Lk:  # the slots past the mask: unwritten
-        if not is_compiling() and T < int(keys.q_slot) + Lq:
+        if not is_compiling() and T < int(q_slot) + Lq:
             raise ValueError(
-                f"attention_mask covers {T} keys, but the cache held {int(keys.q_slot)} and this "
-                f"call adds {Lq}: it must cover the {int(keys.q_slot) + Lq} cached plus new keys "
+                f"attention_mask covers {T} keys, but the cache held {int(q_slot)} and this "
+                f"call adds {Lq}: it must cover the {int(q_slot) + Lq} cached plus new keys "
                 f"(or all max_len={Lk} slots)"
             )
         key_valid = F.pad(key_valid, (0, Lk - T), value=False)
@@ -329,8 +334,8 @@ def _key_valid(
         want = f"[{B}, {Lk}] (cached plus new keys)" if cache is None or not cache.static else (
             f"[{B}, T] with the cached plus new keys <= T <= max_len={Lk}")
         raise ValueError(f"attention_mask must have shape {want}, got {tuple(attention_mask.shape)}")
-    key_valid = key_valid.to(keys.k.device)
-    return key_valid if keys.valid is None else key_valid & keys.valid
+    key_valid = key_valid.to(device)
+    return key_valid if written is None else key_valid & written
 
 
 def _attend_by_rule(
