@@ -48,7 +48,7 @@ __all__ = [
 
 
 def _attention(mha: MultiHeadAttention, x: Tensor, **options) -> Tensor:
-    """``mha``'s forward with every option of :func:`posenc.attend` (same weights)."""
+    """``mha``'s forward with every option of :func:`~posenc.attention.attend` (same weights)."""
     H, H_kv, Dh = mha.num_heads, mha.num_kv_heads, mha.head_dim
     q, k, v = mha.qkv(x).split([H * Dh, H_kv * Dh, H_kv * Dh], dim=-1)
     q, k, v = (t.unflatten(-1, (-1, Dh)).transpose(1, 2) for t in (q, k, v))  # [B, H, L, Dh]
@@ -70,7 +70,7 @@ def forward(
 
     ``positions`` (``[L]`` or ``[B, L]``) go to the ``embed`` hook (absolute schemes) and to
     every attention layer; by default ``arange(L)`` after the cached tokens (restarting per
-    document with ``document_ids``). The other options are :func:`posenc.attend`'s.
+    document with ``document_ids``). The other options are :func:`~posenc.attention.attend`'s.
     """
     if not isinstance(model, TransformerLM):
         raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
@@ -238,7 +238,7 @@ def first_fit(lengths: list[int], row_len: int) -> list[list[int]]:
 
 def causal_work(seq_len: int, world_size: int, *, load_balance: bool) -> list[int]:
     """Causal (query, key) pairs each rank computes when one sequence of ``seq_len`` tokens is
-    split over ``world_size`` ranks (:func:`posenc.shard_positions`): query ``m`` scores the
+    split over ``world_size`` ranks (:func:`~posenc.positions.shard_positions`): query ``m`` scores the
     ``m + 1`` keys at positions ``0 .. m``."""
     return [
         int((posenc.shard_positions(seq_len, r, world_size, load_balance=load_balance) + 1).sum())
