@@ -229,3 +229,64 @@ def test_attention_weights_rebuild_the_forward(models, scheme):
         v = v.unflatten(-1, (4, 8)).transpose(1, 2)
         y = mha.proj((probs[0] @ v).transpose(1, 2).flatten(2))
         torch.testing.assert_close(y, prod._attention(mha, blk.ln1(h)), atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------- what chapter 10 says transformers 5.24 does
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("layer_kind", ["static", "dynamic"])
+def test_transformers_sliding_window_cache_shifts_keys_without_rotating(layer_kind):
+    """The sliding-window cache layers keep the latest keys, in order, exactly as given: the
+    slots move, the rotation (done before caching, at the original position) never changes."""
+    from transformers.cache_utils import DynamicSlidingWindowLayer, StaticSlidingWindowLayer
+
+    window = 4
+    layer = (StaticSlidingWindowLayer(max_cache_len=16, sliding_window=window)
+             if layer_kind == "static" else DynamicSlidingWindowLayer(sliding_window=window))
+    keys = torch.randn(1, 2, 9, 8, generator=torch.Generator().manual_seed(0))
+    for t in range(9):
+        layer.update(keys[:, :, t:t + 1], keys[:, :, t:t + 1].clone())
+    held = layer.keys.shape[-2]
+    assert held in (window - 1, window)
+    assert torch.equal(layer.keys, keys[:, :, 9 - held:])  # the latest, bit for bit
+
+
+def test_transformers_cache_slots_are_not_positions():
+    """A static cache writes slots from its own counter (``cumulative_length``), whatever the
+    positions: after a left-padded prefill of 5 slots the last position is 1."""
+    from transformers import LlamaConfig, LlamaModel, StaticCache
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=4)
+    llama = LlamaModel(cfg).eval()
+    mask = torch.tensor([[0, 0, 0, 1, 1]])
+    pos = posenc.positions_from_mask(mask)
+    cache = StaticCache(config=cfg, max_cache_len=16)
+    with torch.no_grad():
+        llama(torch.tensor([[0, 0, 0, 3, 4]]), attention_mask=mask, position_ids=pos,
+              cache=cache, use_cache=True)
+    assert int(cache.layers[0].cumulative_length) == 5  # the next slot
+    assert pos[0, -1].item() == 1  # the last position
+
+
+def test_transformers_gpt_oss_sink_logit_is_a_score_that_is_dropped():
+    """gpt-oss's per-head sink: one more logit in the softmax, belonging to no token, dropped
+    after normalising, so the weights on the real keys sum to less than 1."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8, generator=gen) for _ in range(3))
+    module = torch.nn.Module()
+    module.sinks = torch.nn.Parameter(torch.tensor([0.5, 3.0]))
+    module.num_key_value_groups = 1
+    module.eval()
+    out, weights = eager_attention_forward(module, q, k, v, None, scaling=8**-0.5)
+    scores = q @ k.transpose(-1, -2) * 8**-0.5  # [1, 2, 5, 5]
+    sink = module.sinks.detach()[None, :, None, None].expand(1, 2, 5, 1)
+    want = torch.cat([scores, sink], dim=-1).softmax(-1)[..., :-1]
+    torch.testing.assert_close(weights, want)
+    torch.testing.assert_close(out, (want @ v).transpose(1, 2))
+    assert (weights.sum(-1) < 1).all()
