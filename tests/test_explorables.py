@@ -113,7 +113,7 @@ def _sphinx_app(mode: str, tmp_path):
     app = SimpleNamespace(
         config=SimpleNamespace(posenc_plotlyjs=mode),
         add_config_value=lambda *a: None,
-        connect=lambda event, fn: handlers.__setitem__(event, fn),
+        connect=lambda event, fn, priority=500: handlers.setdefault(event, fn),
         add_js_file=lambda name, **kw: added.append(name),
         builder=SimpleNamespace(format="html"),
         outdir=str(tmp_path),
@@ -142,3 +142,15 @@ def test_sphinx_extension_local_mode_serves_the_package_file(tmp_path, monkeypat
     handlers["build-finished"](app, None)
     copied = tmp_path / "_static" / "plotly.min.js"
     assert copied.read_bytes() == explore.plotlyjs_file().read_bytes()
+
+
+def test_each_script_once_per_page() -> None:
+    from sphinx.builders.html._assets import _JavaScript
+
+    thebe = "const THEBE_JS_URL = 1"
+    scripts = [_JavaScript(None, body=thebe), _JavaScript("a.js"),
+               _JavaScript("", body=thebe), _JavaScript("a.js", priority=200)]
+    context = {"script_files": scripts}
+    explore.dedupe_scripts(None, "p", "page.html", context, object())
+    assert [str(s.filename) for s in context["script_files"]] == ["None", "a.js"]
+    assert len(scripts) == 4  # the builder's own list is left alone

@@ -236,6 +236,9 @@ def _click_step(page, div_id: str, step: int, device: str) -> None:
     """Tap (phone) or click (desktop) the slider at step ``step``: above its tick label, on the
     rail's touch area, where a reader's thumb goes."""
     graph = page.locator(f"#{div_id}")
+    # the slider in the middle of the screen (clicks land on what the viewport shows)
+    graph.locator(".slider-rail-touch-rect").first.evaluate(
+        "e => e.scrollIntoView({block: 'center', inline: 'nearest'})")
     label = graph.locator(".slider-label-group").nth(step).bounding_box()
     rail = graph.locator(".slider-rail-touch-rect").first.bounding_box()
     assert label is not None and rail is not None

@@ -261,7 +261,6 @@ def explorable(
         return [restyle, relayout, trace_ids]
 
     layout: dict[str, Any] = {
-        "template": "plotly_white",
         "font": {"size": FONT, "family": _FONT_FAMILY, "color": "#222"},
         "paper_bgcolor": "#fff",
         "plot_bgcolor": "#fff",
@@ -462,8 +461,36 @@ def setup(app: Any) -> dict[str, Any]:
             shutil.copyfile(plotlyjs_file(), target)
 
     app.connect("html-page-context", add_plotly)
+    app.connect("html-page-context", dedupe_scripts, priority=900)  # after every other handler
     app.connect("build-finished", copy_local)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def _script_key(script: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
+    attributes = getattr(script, "attributes", None) or {}
+    filename = getattr(script, "filename", script) or ""  # an inline script: None or ""
+    return (str(filename),
+            tuple(sorted((str(k), str(v)) for k, v in attributes.items())))
+
+
+def dedupe_scripts(app: Any, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    """Each script once per page. Jupyter Book 1's extensions register sphinx-thebe's and
+    sphinx-togglebutton's inline scripts twice (the same text, once with ``None`` and once with
+    ``""`` as the file name), and thebe's declares ``const THEBE_JS_URL``: the second copy threw
+    "Identifier 'THEBE_JS_URL' has already been declared" on every page. Pages get a list
+    without the repeats (the builder's own list, restored after each page, is left alone)."""
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    unique = []
+    for script in scripts:
+        key = _script_key(script)
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    if len(unique) < len(scripts):
+        context["script_files"] = unique
 
 
 # the book's scheme colours come first, so a trace of RoPE is the colour RoPE has everywhere
