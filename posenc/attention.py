@@ -222,7 +222,10 @@ def attend(
         q_doc=doc, k_doc=None if keys_doc is None else keys_doc.expand(B, -1),
     )
     index_bias = k_pos is None and not evicted and not (cache is not None and cache.static)
-    return _attend_by_rule(q, k, v, scheme, rule, backend, dropout_p, index_bias)
+    # a query sees its own key unless padding or keys of their own hide it: only then can a
+    # row see no key (the written slots of a static cache include the query's own)
+    may_be_empty = attention_mask is not None or k_pos is not None
+    return _attend_by_rule(q, k, v, scheme, rule, backend, dropout_p, index_bias, may_be_empty)
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int, int]:
@@ -340,10 +343,11 @@ def _key_valid(
 
 def _attend_by_rule(
     q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, rule: Visibility, backend: str,
-    dropout_p: float, index_bias: bool,
+    dropout_p: float, index_bias: bool, may_be_empty: bool = True,
 ) -> Tensor:
     """Attention under a visibility rule: FlexAttention with a ``BlockMask`` and ``score_mod``,
-    or one dense mask for SDPA / the written-out softmax. A row that sees no key is zeros."""
+    or one dense mask for SDPA / the written-out softmax. A row that sees no key is zeros
+    (``may_be_empty=False``: the caller knows every row sees a key, skip the test)."""
     H, gqa = q.shape[1], q.shape[1] != k.shape[1]
     if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
         fn = _flex_fn()
@@ -354,8 +358,9 @@ def _attend_by_rule(
             block_mask = block_visibility(rule, H)
             return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
     allowed = dense_visibility(rule)  # [B, 1, Lq, Lk]
-    seen = allowed.any(-1, keepdim=True)  # [B, 1, Lq, 1] False: a row that sees no key
-    allowed = allowed | ~seen  # such a row attends to every key, then is set to zero
+    seen = allowed.any(-1, keepdim=True) if may_be_empty else None  # [B, 1, Lq, 1]
+    if seen is not None:
+        allowed = allowed | ~seen  # a row that sees no key attends to every key, then is zeroed
     bias = _rule_bias(scheme, rule, H, q.shape[-2], k.shape[-2], index_bias)  # [B | 1, H, Lq, Lk]
     if backend == "math":
         scores = q @ _repeat_kv(k, H // k.shape[1]).transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -367,7 +372,7 @@ def _attend_by_rule(
     else:
         mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
         out = _sdpa(q, k, v, mask, dropout_p, gqa)
-    return out.masked_fill(~seen, 0.0)  # [B, H, Lq, Dh]
+    return out if seen is None else out.masked_fill(~seen, 0.0)  # [B, H, Lq, Dh]
 
 
 def _rule_bias(
