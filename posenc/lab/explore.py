@@ -388,8 +388,12 @@ def heatmap(
     trace: dict[str, Any] = {
         "type": "heatmap", "x": xs, "y": ys, "z": encoded[active],
         "colorscale": _sequential_colorscale(), "hoverongaps": False,
-        "colorbar": {"title": {"text": zlabel, "side": "right", "font": {"size": FONT}},
-                     "thickness": 14, "tickfont": {"size": FONT - 1}, "outlinewidth": 0},
+        # a horizontal colour bar above the plot, at the right: the matrix and the slider
+        # keep the whole width (a thumb-sized slider on a 390 px phone)
+        "colorbar": {"title": {"text": zlabel, "side": "top", "font": {"size": FONT}},
+                     "orientation": "h", "x": 1, "xanchor": "right", "y": 1.02,
+                     "yanchor": "bottom", "len": 0.5, "thickness": 10,
+                     "tickfont": {"size": FONT - 1}, "outlinewidth": 0},
         "hovertemplate": f"{xlabel} %{{x}}<br>{ylabel} %{{y}}<br>{zlabel} %{{z:.4g}}"
                          "<extra></extra>",
     }
