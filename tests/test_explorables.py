@@ -154,3 +154,41 @@ def test_each_script_once_per_page() -> None:
     explore.dedupe_scripts(None, "p", "page.html", context, object())
     assert [str(s.filename) for s in context["script_files"]] == ["None", "a.js"]
     assert len(scripts) == 4  # the builder's own list is left alone
+
+
+def _heat(**kwargs) -> explore.Explorable:
+    z = torch.arange(6.0).view(2, 3)
+    frames = [explore.Frame(str(k), k, [{"z": z + k}]) for k in range(2)]
+    args = dict(x=[0, 1, 2], y=[0, 1], xlabel="key", ylabel="query", zlabel="offset",
+                control_label="layout", label="a matrix and its tick labels", active=1)
+    args.update(kwargs)
+    return explore.heatmap("test-ticks", frames, **args)
+
+
+def test_heatmap_tick_labels_follow_the_control() -> None:
+    xt, yt = [["a", "b", "c"], ["0", "0", "1"]], [["p", "q"], ["5", "6"]]
+    ex = _heat(xticktext=xt, yticktext=yt)
+    layout = ex.figure["layout"]
+    assert layout["xaxis"]["tickvals"] == [0.0, 1.0, 2.0]
+    assert layout["xaxis"]["ticktext"] == xt[1] and layout["yaxis"]["ticktext"] == yt[1]
+    for k, step in enumerate(layout["sliders"][0]["steps"]):
+        assert step["args"][1]["xaxis.ticktext"] == xt[k]
+        assert step["args"][1]["yaxis.ticktext"] == yt[k]
+    assert "%{x}" not in ex.figure["data"][0]["hovertemplate"]  # slots are not the ticks
+    go = pytest.importorskip("plotly.graph_objects")
+    go.Figure(data=ex.figure["data"], layout=layout)  # raises on a bad key
+    # without tick labels: the heatmap as before (no tick arrays, the hover names x and y)
+    plain = _heat()
+    assert "tickvals" not in plain.figure["layout"]["xaxis"]
+    assert "xaxis.ticktext" not in plain.figure["layout"]["sliders"][0]["steps"][0]["args"][1]
+    assert "%{x}" in plain.figure["data"][0]["hovertemplate"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"xticktext": [["a", "b", "c"]]}, "one list per frame"),
+    ({"yticktext": [["a"], ["b"]]}, "one label per y value"),
+    ({"xticktext": ["abc", "def"]}, "one label per x value"),
+])
+def test_heatmap_bad_tick_labels(change: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _heat(**change)

@@ -361,6 +361,8 @@ def heatmap(
     zrange: Sequence[float] | None = None,
     masked_color: str = "#d9d9d9",
     reversed_y: bool = True,
+    xticktext: Sequence[Sequence[str]] | None = None,
+    yticktext: Sequence[Sequence[str]] | None = None,
     digits: int = 7,
     height: int = 480,
 ) -> Explorable:
@@ -372,7 +374,12 @@ def heatmap(
     scale for every frame (one scale, as a static grid of heatmaps shares one colour bar).
     ``reversed_y`` puts row 0 at the top, as ``imshow`` does. The slider, the style and
     ``layout.meta.posenc`` are those of :func:`explorable` (``meta.posenc.kind`` is
-    ``"heatmap"``); :func:`frame_data` with ``key="z"`` reads a step's matrix back."""
+    ``"heatmap"``); :func:`frame_data` with ``key="z"`` reads a step's matrix back.
+
+    ``xticktext`` / ``yticktext`` (optional): per frame, one tick label for every column /
+    row, which the control swaps in with the matrix (e.g. the position each token gets, when
+    the columns are slots); the hover then shows the cell's value only, since the axis values
+    (``x``, ``y``) are no longer what the ticks say."""
     if not frames:
         raise ValueError("heatmap needs at least one frame")
     if not 0 <= active < len(frames):
@@ -385,6 +392,9 @@ def heatmap(
     for frame, z in zip(frames, encoded, strict=True):
         if len(z) != len(ys) or any(len(row) != len(xs) for row in z):
             raise ValueError(f"frame {frame.label!r}: z must be [len(y), len(x)]")
+    ticks = {axis: _ticktext(axis, given, frames, values)
+             for axis, given, values in (("x", xticktext, xs), ("y", yticktext, ys))
+             if given is not None}
     trace: dict[str, Any] = {
         "type": "heatmap", "x": xs, "y": ys, "z": encoded[active],
         "colorscale": _sequential_colorscale(), "hoverongaps": False,
@@ -397,6 +407,8 @@ def heatmap(
         "hovertemplate": f"{xlabel} %{{x}}<br>{ylabel} %{{y}}<br>{zlabel} %{{z:.4g}}"
                          "<extra></extra>",
     }
+    if ticks:  # the axis values are not what the ticks say: the hover shows the value only
+        trace["hovertemplate"] = f"{zlabel} %{{z:.4g}}<extra></extra>"
     if zrange is not None:
         trace.update(zmin=float(zrange[0]), zmax=float(zrange[1]), zauto=False)
     # the line figure's layout and slider, then what a heatmap changes
@@ -413,11 +425,31 @@ def heatmap(
         layout["yaxis"]["autorange"] = "reversed"
     layout["meta"]["posenc"]["kind"] = "heatmap"
     layout["meta"]["posenc"]["traces"] = [0]
+    for axis, texts in ticks.items():
+        layout[f"{axis}axis"].update(tickmode="array", tickvals=xs if axis == "x" else ys,
+                                     ticktext=texts[active])
     for k, step in enumerate(layout["sliders"][0]["steps"]):
-        relayout = {"title.text": frames[k].title} if frames[k].title is not None else {}
+        relayout: dict[str, Any] = (
+            {"title.text": frames[k].title} if frames[k].title is not None else {})
+        relayout.update({f"{axis}axis.ticktext": texts[k] for axis, texts in ticks.items()})
         step["args"] = [{"z": [encoded[k]]}, relayout, [0]]
     figure = {"data": [trace], "layout": layout, "config": base.figure["config"]}
     return Explorable(name, figure, [f.value for f in frames], height)
+
+
+def _ticktext(axis: str, given: Sequence[Sequence[str]], frames: Sequence[Frame],
+              values: Sequence[float]) -> list[list[str]]:
+    """Per-frame tick labels of one heatmap axis, checked: one label per axis value."""
+    if len(given) != len(frames):
+        raise ValueError(f"{axis}ticktext must hold one list per frame ({len(frames)}), got "
+                         f"{len(given)}")
+    out = []
+    for frame, texts in zip(frames, given, strict=True):
+        if isinstance(texts, str) or len(texts) != len(values):
+            raise ValueError(f"frame {frame.label!r}: {axis}ticktext must hold one label per "
+                             f"{axis} value ({len(values)})")
+        out.append([str(t) for t in texts])
+    return out
 
 
 def frame_data(explorable_: Explorable, index: int, key: str = "y") -> list[list[float]]:
