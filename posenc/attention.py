@@ -358,9 +358,9 @@ def _attend_by_rule(
             block_mask = block_visibility(rule, H)
             return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
     allowed = dense_visibility(rule)  # [B, 1, Lq, Lk]
-    seen = allowed.any(-1, keepdim=True) if may_be_empty else None  # [B, 1, Lq, 1]
-    if seen is not None:
-        allowed = allowed | ~seen  # a row that sees no key attends to every key, then is zeroed
+    empty = ~allowed.any(-1, keepdim=True) if may_be_empty else None  # [B, 1, Lq, 1]
+    if empty is not None:
+        allowed = allowed | empty  # a row that sees no key attends to every key, then is zeroed
     bias = _rule_bias(scheme, rule, H, q.shape[-2], k.shape[-2], index_bias)  # [B | 1, H, Lq, Lk]
     if backend == "math":
         scores = q @ _repeat_kv(k, H // k.shape[1]).transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -372,7 +372,7 @@ def _attend_by_rule(
     else:
         mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
         out = _sdpa(q, k, v, mask, dropout_p, gqa)
-    return out if seen is None else out.masked_fill(~seen, 0.0)  # [B, H, Lq, Dh]
+    return out if empty is None else out.masked_fill(empty, 0.0)  # [B, H, Lq, Dh]
 
 
 def _rule_bias(
