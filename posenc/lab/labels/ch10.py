@@ -16,6 +16,28 @@ LABELS = {
         "contiguous": "contiguous chunks",
         "head_tail": "head-tail chunks",
         "work_title": "Causal work per rank, L = {length}, {world} ranks",
+        "who_key": "key n (tick: its position)",
+        "who_query": "query m (tick: its position)",
+        "who_distance": "distance m − n",
+        "who_layout": "layout",
+        "who_layouts": {
+            "causal": "causal",
+            "padded": "padded",
+            "packed": "packed",
+            "window": "window",
+            "sinks": "sinks",
+        },
+        "who_titles": {
+            "causal": "causal, one sequence",
+            "padded": "left-padded: 3 pads",
+            "packed": "packed: 5 + 4 + 3",
+            "window": "window W = {window}",
+            "sinks": "{sinks} sinks + window {window}",
+        },
+        "explore_who": "Who sees whom among 12 tokens: query rows against key columns, each "
+                       "visible pair coloured by its distance m − n, hidden pairs grey, each tick "
+                       "the position the token gets; a slider switches between causal, "
+                       "left-padded, packed, a sliding window and a window with sinks",
     },
     "zh": {
         "position": "流中的位置",
@@ -32,5 +54,26 @@ LABELS = {
         "contiguous": "连续切块",
         "head_tail": "首尾切块",
         "work_title": "每个 rank 的因果计算量，L = {length}，{world} 个 rank",
+        "who_key": "键 n（刻度：其位置）",
+        "who_query": "查询 m（刻度：其位置）",
+        "who_distance": "距离 m − n",
+        "who_layout": "布局",
+        "who_layouts": {
+            "causal": "因果",
+            "padded": "左填充",
+            "packed": "打包",
+            "window": "窗口",
+            "sinks": "汇聚点",
+        },
+        "who_titles": {
+            "causal": "因果，单条序列",
+            "padded": "左填充：3 个填充位",
+            "packed": "序列打包：5 + 4 + 3",
+            "window": "窗口 W = {window}",
+            "sinks": "{sinks} 个注意力汇聚点 + 窗口 {window}",
+        },
+        "explore_who": "12 个词元之间谁能看见谁：行为查询，列为键，可见的一对按距离 m − n "
+                       "着色，不可见的为灰色，刻度为各词元得到的位置；滑块在因果、左填充、序列打包、"
+                       "滑动窗口和带注意力汇聚点的窗口之间切换",
     },
 }
