@@ -15,7 +15,8 @@ where two runs' outputs differ.
 
 The cells run as plain Python (no kernel, no IPython magics), in the notebook's folder, with
 ``MPLBACKEND=Agg``. ``--prelude`` replaces a chapter's setup cell by a line of imports when only a
-few cells are wanted; ``--jobs`` runs that many processes at once.
+few cells are wanted; ``--jobs`` runs that many processes at once; ``--fresh-cache`` gives each
+run an empty ``$POSENC_CACHE``, so that models are trained in every run instead of loaded.
 """
 
 from __future__ import annotations
@@ -63,19 +64,25 @@ def program(nb: nbformat.NotebookNode, cells: list[str] | None = None, prelude: 
     return PRELUDE + prelude + "\n\n" + "\n\n".join(f"# cell {c.get('id')}\n{c.source}" for c in code) + "\n"
 
 
-def run_once(source: str, threads: int, cwd: Path, timeout: float = 600) -> Run:
-    """Execute ``source`` in a new interpreter with ``threads`` threads."""
+def run_once(source: str, threads: int, cwd: Path, timeout: float = 3600,
+             fresh_cache: bool = False) -> Run:
+    """Execute ``source`` in a new interpreter with ``threads`` threads (and, with
+    ``fresh_cache``, an empty ``$POSENC_CACHE`` of its own)."""
     env = dict(os.environ, MPLBACKEND="Agg", POSENC_REPEAT_THREADS=str(threads),
                OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               OPENBLAS_NUM_THREADS=str(threads), PYTHONHASHSEED="0")
+               OPENBLAS_NUM_THREADS=str(threads), PYTHONHASHSEED="0",
+               OMP_WAIT_POLICY="PASSIVE")  # idle threads sleep: runs share the cores
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, encoding="utf-8") as f:
         f.write(source)
     start = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, f.name], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=timeout)
-    finally:
-        os.unlink(f.name)
+    with tempfile.TemporaryDirectory() as cache:
+        if fresh_cache:
+            env["POSENC_CACHE"] = cache
+        try:
+            proc = subprocess.run([sys.executable, f.name], cwd=cwd, env=env,
+                                  capture_output=True, text=True, timeout=timeout)
+        finally:
+            os.unlink(f.name)
     seconds = time.perf_counter() - start
     return Run(threads, proc.returncode == 0, proc.stdout + proc.stderr * (proc.returncode != 0),
                seconds)
@@ -91,7 +98,7 @@ def first_difference(a: str, b: str) -> str:
 
 
 def check(path: Path, repeat: int, threads: list[int], cells: list[str] | None = None,
-          prelude: str = "", jobs: int = 1) -> bool:
+          prelude: str = "", jobs: int = 1, fresh_cache: bool = False) -> bool:
     """Run the cells ``repeat`` times per thread count, ``jobs`` processes at a time; print each
     run and the verdict (True: every run passed and printed the same)."""
     if repeat < 1 or jobs < 1 or not threads or min(threads) < 1:
@@ -100,7 +107,8 @@ def check(path: Path, repeat: int, threads: list[int], cells: list[str] | None =
     source = program(nbformat.read(path, as_version=4), cells, prelude)
     plan = [t for _ in range(repeat) for t in threads]
     with ThreadPoolExecutor(jobs) as pool:  # each run is its own process
-        runs = list(pool.map(lambda t: run_once(source, t, path.parent), plan))
+        runs = list(pool.map(
+            lambda t: run_once(source, t, path.parent, fresh_cache=fresh_cache), plan))
     for i, r in enumerate(runs):
         verdict = "ok" if r.ok else "FAILED"
         print(f"run {i + 1}/{len(runs)}, {r.threads} thread(s): {verdict} in {r.seconds:.1f} s")
@@ -126,13 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cells", help="comma-separated ids of the code cells to run (default: all)")
     ap.add_argument("--prelude", default="", help="code to run before the cells (imports)")
     ap.add_argument("--jobs", type=int, default=1, help="processes at once (default 1)")
+    ap.add_argument("--fresh-cache", action="store_true",
+                    help="an empty $POSENC_CACHE per run: train instead of loading")
     args = ap.parse_args(argv)
     try:
         threads = [int(t) for t in args.threads.split(",")]
     except ValueError:
         ap.error(f"--threads {args.threads!r}: expected integers separated by commas")
     cells = args.cells.split(",") if args.cells else None
-    ok = check(args.notebook, args.repeat, threads, cells, args.prelude, args.jobs)
+    ok = check(args.notebook, args.repeat, threads, cells, args.prelude, args.jobs,
+               args.fresh_cache)
     return 0 if ok else 1
 
 
