@@ -98,11 +98,46 @@ def _ch05_heatmaps(head: float, x: list[list[float]]) -> list[torch.Tensor]:
     return [posenc.alibi_bias(8, 32)[int(head)].double()]  # -inf (undrawn) above the diagonal
 
 
+def _ch10_visibility(layout: float, x: list[list[float]]) -> list[torch.Tensor]:
+    """Who sees whom among 12 tokens: the distance m - n between the positions each token
+    gets, -inf (undrawn) where the query may not see the key. The rule as posenc.attend's
+    docstring states it (causal by slot; window m - W < n; the same document; a real key),
+    and, for the sinks, the slots prod.streaming_keep leaves in a cache step after step."""
+    (xs,) = x  # a heatmap: the key slots; the expected value is its z, [query, key]
+    L, W, S = 12, 4, 2  # tokens, window, sinks
+    slots = torch.arange(L)
+    assert torch.equal(torch.tensor(xs, dtype=torch.float64), slots.double())
+    name = ("causal", "padded", "packed", "window", "sinks")[int(layout)]
+    real = (slots >= 3) if name == "padded" else torch.ones(L, dtype=torch.bool)
+    docs = torch.tensor([0] * 5 + [1] * 4 + [2] * 3) if name == "packed" else slots * 0
+    pos = slots
+    if name == "padded":
+        pos = posenc.positions_from_mask(real[None].long())[0]
+    elif name == "packed":
+        pos = posenc.packed_positions(docs[None])[0]
+    m, n = pos[:, None], pos[None, :]
+    seen = (slots[None, :] <= slots[:, None]) & (docs[:, None] == docs[None, :]) & real[None, :]
+    if name == "window":
+        seen &= n > m - W
+    if name == "sinks":  # a StreamingLLM cache, token by token
+        from posenc.lab.production import streaming_keep
+
+        seen = torch.zeros(L, L, dtype=torch.bool)
+        held = torch.zeros(0, dtype=torch.long)  # the slots the cache holds
+        for t in range(L):
+            held = torch.cat([held, torch.tensor([t])])
+            seen[t, held] = True
+            if len(held) >= S + W:
+                held = held[streaming_keep(len(held), S, W - 1)[0]]
+    return [(m - n).double().masked_fill(~seen, float("-inf"))]
+
+
 EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = {
     "ch03-offset": _ch03_offset,
     "ch04-decay": _ch04_decay,
     "ch05-slopes": _ch05_slopes,
     "ch05-heatmaps": _ch05_heatmaps,
+    "ch10-visibility": _ch10_visibility,
 }
 
 
