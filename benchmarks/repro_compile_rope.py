@@ -2,38 +2,43 @@
 
     python benchmarks/repro_compile_rope.py [--repeats 60] [--threads 1] [--rounds 2]
 
-1. torch alone, no posenc: the rotation of q and k ``[8, 4, 256, 32]`` (interleaved pairs,
-   angles ``position * inv_freq`` computed in the graph, as under ``torch.compile`` posenc
-   always did), forward + backward, compiled with Inductor in two forms:
+1. The rotation alone: q and k ``[8, 4, 256, 32]`` (interleaved pairs, transposed views of one
+   ``qkv`` matmul as in ``MultiHeadAttention``; angles ``position * inv_freq`` computed in the
+   graph, as posenc does under ``torch.compile``), forward + backward, compiled by Inductor in
+   three forms, timed round-robin with the eager complex multiply posenc uses outside compile:
 
-   * ``textbook``: ``x * cos + turn(x) * sin`` with full-width ``cos``/``sin``
-     (``repeat_interleave``) and ``turn(x) = stack([-x1, x0])`` -- posenc's compiled form
-     before issue 22;
-   * ``stacked``: one angle per pair; ``cos``/``sin`` go through ``torch.stack`` and the
-     result is ``stack([x0 c - x1 s, x1 c + x0 s])`` -- posenc's form now
-     (``posenc.rope._rope_compiled``).
+   * ``textbook``: ``x * cos + turn(x) * sin``, full-width ``cos``/``sin`` and
+     ``turn(x) = stack([-x1, x0])`` -- posenc's compiled form before issue 22 (no posenc code);
+   * ``tables``: the same, but the full-width ``cos``/``sin`` are built with ``torch.stack``
+     from one angle per pair (no posenc code) -- isolates torch's heuristic, below;
+   * ``posenc``: ``posenc.rope._rope_compiled`` as shipped: those tables, the channel swap as a
+     flip, and its analytic backward (the rotation by minus the angle) in an
+     ``autograd.Function`` that Dynamo traces into the graph.
 
-   For each: how many elements the loops that evaluate ``sin``/``cos`` run over in Inductor's
-   generated C++ (forward and backward kernels), whether those loops are vectorised, and the
-   median time (wall and CPU, timed round-robin with the eager complex-multiply kernel posenc
-   uses outside compile).
-2. the layer: ``posenc.MultiHeadAttention(128, 4, scheme="rope")`` on ``[8, 256, 128]``,
-   forward + backward, eager vs ``torch.compile(fullgraph=True)``, once with posenc's compiled
-   rotation replaced by the textbook form (``--form textbook``: the code before the fix) and
-   once as shipped (``--form posenc``), each in its own process (the form is fixed at trace
-   time), ``--rounds`` times alternately; every ratio is compiled / eager from one process,
-   timed round-robin.
+   For each form: over how many elements Inductor's generated C++ evaluates ``sin``/``cos``
+   (the trip count of the loop nests that call them, forward and backward kernels) and
+   whether those loops are vectorised.
+2. The layer: ``posenc.MultiHeadAttention(128, 4, scheme="rope")`` on ``[8, 256, 128]``,
+   forward + backward, eager vs ``torch.compile(fullgraph=True)``, with posenc's compiled
+   rotation replaced by the textbook one (``--form textbook``: the code before the fix) and as
+   shipped (``--form posenc``), each in its own process (the form is fixed when Dynamo
+   traces), ``--rounds`` times alternately. Each ratio is compiled / eager from one process,
+   timed round-robin; wall and CPU (``time.thread_time``) medians, the load average with each.
 
-Cause (torch's): Inductor inlines a pointwise producer into each consumer unless a heuristic
-says to keep it in a buffer; on CPU a reused node is kept when it contains ``exp``, ``log``,
-``sigmoid`` or ``tanh`` (``StorageBox.should_realize_on_reuse`` in ``torch/_inductor/ir.py``,
-introduced by pytorch/torchdynamo#1468, "only for exp now ... the list of heavy ops can be
-further revised") but not ``sin``/``cos``. So the ``[L, d/2]`` table of the textbook form is
-recomputed for every batch row and head, forward and backward, and because the turned copy
-reads ``x[i ^ 1]`` (an index with ``% 2`` and ``// 2``) Inductor's CPU vectoriser leaves the
-loop scalar: scalar ``std::sin``/``std::cos`` per element. ``torch.stack`` is lowered on CPU
-to a concatenation kernel that writes its inputs into a buffer, so the stacked form computes
-the table once (vectorised) and reads it afterwards.
+Cause, torch's: Inductor inlines a pointwise producer into each consumer unless a heuristic
+keeps it in a buffer. On CPU a reused node is kept when it contains ``exp``, ``log``,
+``sigmoid`` or ``tanh`` (``StorageBox.should_realize_on_reuse`` in ``torch/_inductor/ir.py``;
+the heuristic came with pytorch/torchdynamo#1468, "only for exp now ... the list of heavy ops
+can be further revised"), not ``sin``/``cos``. So the ``[L, d]`` tables of the textbook form
+are recomputed for every batch row and head of q and of k, forward and backward, and since
+the turned copy reads ``x[i ^ 1]`` (``% 2`` and ``// 2`` in the index) the CPU vectoriser
+leaves those loops scalar: scalar ``std::sin``/``std::cos`` per element. ``torch.stack`` /
+``torch.cat`` are lowered on CPU to a kernel that writes its inputs into one buffer, so the
+``tables`` form evaluates ``sin``/``cos`` once per angle. The rest of the gap was ours: the
+backward autograd derives for the channel swap is a scatter into zeros with a branch per
+element; posenc now gives it the rotation by minus the angle, as its eager path always did.
+I found no upstream issue about ``sin``/``cos`` in this heuristic (the related
+pytorch/pytorch#110611 is about Sleef vs MKL speed of vectorised transcendental functions).
 """
 
 from __future__ import annotations
@@ -62,12 +67,21 @@ def textbook(x, pos, inv):
     return x * cos + turn * sin
 
 
-def stacked(x, pos, inv):
+def tables(x, pos, inv):
     ang = pos.float()[:, None] * inv  # [L, d/2]
-    cs = torch.stack([ang.cos(), ang.sin()])  # [2, L, d/2]: one buffer, written once
-    c, s = cs[0], cs[1]
-    x0, x1 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1).flatten(-2)
+    c, s = ang.cos(), ang.sin()
+    cos = torch.stack([c, c], dim=-1).flatten(-2)  # [L, d]: one buffer, written once
+    sin = torch.stack([s, s], dim=-1).flatten(-2)
+    pairs = x.unflatten(-1, (-1, 2))
+    turn = torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
+    return x * cos + turn * sin
+
+
+def posenc_form(x, pos, inv):
+    from posenc.rope import _rope_compiled
+
+    full = (pos.float()[:, None] * inv).repeat_interleave(2, dim=-1)  # as posenc computes them
+    return _rope_compiled(x, full.cos(), full.sin(), True)
 
 
 def eager_complex(x, pos, inv):
@@ -123,10 +137,10 @@ def part1(args) -> None:
     ref = runs["eager (complex multiply)"]()
     print(f"\n1. rotation of q and k [{B}, {H}, {L}, {DH}] (interleaved), forward + backward, "
           f"compiled, median of {args.repeats}")
-    print(f"{'form':<28}{'sin/cos over':>14}{'vectorised':>12}{'wall ms':>10}{'CPU ms':>9}"
+    print(f"{'form':<26}{'sin/cos over':>14}{'vectorised':>12}{'wall ms':>10}{'CPU ms':>9}"
           f"{'max |diff|':>12}")
     info = {}
-    for name, rot in (("textbook", textbook), ("stacked", stacked)):
+    for name, rot in (("textbook", textbook), ("tables", tables), ("posenc", posenc_form)):
         fn = step(torch.compile(_qk(rot, inv), fullgraph=True))
         out, codes = run_and_get_code(fn)
         n, vec = _trig_loops("\n".join(codes))
@@ -138,7 +152,7 @@ def part1(args) -> None:
         n, vec, diff = info.get(name, (0, True, 0.0))
         trig = f"{n:,}" if name in info else "-"
         vec_s = ("yes" if vec else "no") if name in info else "-"
-        print(f"{name:<28}{trig:>14}{vec_s:>12}{wall[name] * 1e3:>10.2f}{cpu[name] * 1e3:>9.2f}"
+        print(f"{name:<26}{trig:>14}{vec_s:>12}{wall[name] * 1e3:>10.2f}{cpu[name] * 1e3:>9.2f}"
               f"{diff:>12.1e}")
     print(f"   an [L, d/2] table has {L * DH // 2:,} angles; q and k have {2 * B * H * L * DH:,} "
           "elements")

@@ -236,29 +236,58 @@ def _rope_textbook(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Te
     return torch.cat([y, x[..., rd:]], dim=-1) if rd < x.shape[-1] else y
 
 
-def _rope_compiled(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-    """The rotation as written for ``torch.compile``: pairs ``(x0, x1)`` become
-    ``(x0 c - x1 s, x1 c + x0 s)`` with ``c``/``s`` of one angle per pair (``[..., L, rd/2]``).
-
-    Two things make Inductor's CPU code as fast as the eager kernels (issue 22,
-    ``benchmarks/repro_compile_rope.py``). ``c`` and ``s`` go through ``torch.stack``, which
-    Inductor lowers on CPU to a concatenation kernel that writes them once into a buffer;
-    written as plain pointwise ops they are inlined into every consumer, so ``cos`` and ``sin``
-    are recomputed for every batch row and head, forward and backward, in a scalar loop
-    (Inductor's CPU heuristic realises a reused ``exp``/``log``, not ``sin``/``cos``). And the
-    pair halves are strided views, stacked back at the end, instead of a turned copy
-    ``[-x1, x0]`` whose index ``i ^ 1`` keeps the loop scalar."""
-    rd = cos.shape[-1]
-    h = rd // 2
+def _rotate_tables(x: Tensor, cos: Tensor, sin_signed: Tensor, interleaved: bool) -> Tensor:
+    """``x cos + turn(x) sin_signed`` for ``x [..., L, rd]``, where ``turn`` swaps the two
+    channels of each pair (interleaved: ``(x0, x1) -> (x1, x0)``; half: the two halves) and
+    ``sin_signed`` carries the signs (``[-s0, s0, -s1, s1, ...]`` / ``[-s, s]``). Math in
+    float32 (float64 for float64 ``x``), the result in ``x``'s dtype. One pointwise expression,
+    so Inductor chooses the output's memory layout: a result built with ``torch.stack`` would be
+    fixed to the contiguous one, and the attention output then needs one more copy."""
     cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-    pair = (slice(0, None, 2), slice(1, None, 2)) if interleaved else (slice(0, h), slice(h, rd))
-    cs = torch.stack([cos[..., pair[0]], sin[..., pair[0]]]).to(cdt)  # [2, ..., L, rd/2]: written once
-    c, s = cs[0], cs[1]
-    xr = x[..., :rd].to(cdt)
-    x0, x1 = xr[..., pair[0]], xr[..., pair[1]]  # [..., L, rd/2] each
-    y0, y1 = x0 * c - x1 * s, x1 * c + x0 * s
-    y = (torch.stack([y0, y1], dim=-1).flatten(-2) if interleaved else torch.cat([y0, y1], dim=-1))
-    y = y.to(x.dtype)
+    xr = x.to(cdt)
+    if interleaved:
+        turn = xr.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    else:
+        turn = xr.roll(x.shape[-1] // 2, dims=-1)
+    return (xr * cos + turn * sin_signed).to(x.dtype)
+
+
+class _RopeCompiled(torch.autograd.Function):
+    """The rotation under ``torch.compile`` with its analytic backward (the same rotation by
+    minus the angle), which Dynamo traces into the graph. Derived by autograd instead, the
+    backward of the channel swap becomes a scatter into zeros that Inductor runs with a branch
+    per element."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, cos: Tensor, sin_signed: Tensor, interleaved: bool) -> Tensor:
+        ctx.save_for_backward(cos, sin_signed)
+        ctx.interleaved = interleaved
+        return _rotate_tables(x, cos, sin_signed, interleaved)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        cos, sin_signed = ctx.saved_tensors
+        return _rotate_tables(grad, cos, -sin_signed, ctx.interleaved), None, None, None
+
+
+def _rope_compiled(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """The rotation as written for ``torch.compile`` (issue 22; the cause and the numbers are
+    in ``benchmarks/repro_compile_rope.py``). The tables are rebuilt from one angle per pair
+    with ``torch.stack`` / ``torch.cat``, which Inductor lowers on CPU to a kernel that writes
+    them into a buffer once. Left as plain pointwise ops (``repeat_interleave``, ``cos``) they
+    are inlined into every consumer, and ``sin``/``cos`` are recomputed for every batch row and
+    head, forward and backward, in a scalar loop: Inductor's CPU heuristic keeps a reused
+    ``exp`` or ``log`` in a buffer, not ``sin``/``cos``."""
+    rd = cos.shape[-1]
+    cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if interleaved:
+        c, s = cos[..., 0::2].to(cdt), sin[..., 0::2].to(cdt)  # [..., L, rd/2]
+        full_cos = torch.stack([c, c], dim=-1).flatten(-2)  # [..., L, rd]: c0 c0 c1 c1 ...
+        sin_signed = torch.stack([-s, s], dim=-1).flatten(-2)  # -s0 s0 -s1 s1 ...
+    else:
+        c, s = cos[..., : rd // 2].to(cdt), sin[..., : rd // 2].to(cdt)
+        full_cos, sin_signed = torch.cat([c, c], dim=-1), torch.cat([-s, s], dim=-1)
+    y = _RopeCompiled.apply(x[..., :rd], full_cos, sin_signed, interleaved)
     return torch.cat([y, x[..., rd:]], dim=-1) if rd < x.shape[-1] else y
 
 
@@ -266,9 +295,11 @@ def _rope(
     x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None = None
 ) -> Tensor:
     """The rotation without checks: autograd function, textbook form, or no graph at all.
-    While compiling, :func:`_rope_compiled`: the compiler fuses it (complex arithmetic has no
-    code generation in Inductor) and derives its backward."""
+    While compiling, :func:`_rope_compiled` (complex arithmetic has no code generation in
+    Inductor), or the textbook form when ``cos``/``sin`` need gradients."""
     if is_compiling():
+        if cos.requires_grad or sin.requires_grad:  # tables that learn: every entry gets its grad
+            return _rope_textbook(x, cos, sin, interleaved)
         return _rope_compiled(x, cos, sin, interleaved)
     if torch.is_grad_enabled():
         if cos.requires_grad or sin.requires_grad:
