@@ -46,9 +46,6 @@ HTML = ROOT / "_build" / "html"
 REQUIRE = os.environ.get("POSENC_REQUIRE_BROWSER") == "1"
 BUILD = os.environ.get("POSENC_BUILD_SITE") == "1"
 BUDGET = 4 * 1024 * 1024  # bytes per page: explorables + plotly.js
-# what the pages were built from: a build older than any of these is stale
-LAB = ROOT / "posenc" / "lab"
-SOURCES = [LAB / "explore.py", *sorted((LAB / "labels").glob("ch*.py"))]
 
 
 def _unavailable(reason: str) -> None:
@@ -156,13 +153,14 @@ def _page(notebook: Path) -> Path:
 
 
 def _stale(pages: dict[Path, Path]) -> list[str]:
-    newest_source = max(p.stat().st_mtime for p in SOURCES)
+    """Pages missing or older than their notebook. (Only the notebook counts: the build's
+    execution cache reruns a notebook when its code changes, not when the lab's does.)"""
     stale = []
     for notebook, page in pages.items():
         if not page.exists():
             stale.append(f"{page.relative_to(ROOT)} is missing")
-        elif page.stat().st_mtime < max(notebook.stat().st_mtime, newest_source):
-            stale.append(f"{page.relative_to(ROOT)} is older than its sources")
+        elif page.stat().st_mtime < notebook.stat().st_mtime:
+            stale.append(f"{page.relative_to(ROOT)} is older than {notebook.relative_to(ROOT)}")
     return stale
 
 
@@ -274,11 +272,13 @@ def _click_step(page, div_id: str, step: int, device: str) -> None:
     # the slider in the middle of the screen (clicks land on what the viewport shows)
     graph.locator(".slider-rail-touch-rect").first.evaluate(
         "e => e.scrollIntoView({block: 'center', inline: 'nearest'})")
-    label = graph.locator(".slider-label-group").nth(step).bounding_box()
+    # one tick per step (on a phone Plotly labels only every other step when labels would
+    # overlap, so the labels do not locate the steps)
+    tick = graph.locator(".slider-tick-rect").nth(step).bounding_box()
     rail = graph.locator(".slider-rail-touch-rect").first.bounding_box()
-    assert label is not None and rail is not None
+    assert tick is not None and rail is not None
     assert rail["height"] >= 40, f"the slider's touch area is {rail['height']} px tall"
-    x, y = label["x"] + label["width"] / 2, rail["y"] + 10
+    x, y = tick["x"] + tick["width"] / 2, rail["y"] + 10
     if device == "phone":
         page.touchscreen.tap(x, y)
     else:
@@ -308,24 +308,47 @@ def test_explorables(server: str, browser, page_name: str, device: str) -> None:
             assert meta["control"] == "slider" and graph["sliders"] == 1, "menus: not yet tested"
             _check_static_twin(page, name)
             values = meta["values"]
-            # every step, then back to the first, so that each step changes the data
-            for step in [*range(len(values)), 0]:
+            kind = meta.get("kind", "lines")  # lines: the traces' y; a heatmap: its z
+            assert kind in _READ, f"{name}: unknown explorable kind {kind!r}"
+            page.evaluate(  # count the updates the control makes (Plotly's own event)
+                f"() => {{ const gd = document.getElementById('{div_id}'); gd.__updates = 0;"
+                " gd.on('plotly_update', () => { gd.__updates += 1; }); }")
+            # every other step, then back to the first drawn: each click changes the step
+            active = page.evaluate(
+                f"() => document.getElementById('{div_id}')._fullLayout.sliders[0].active")
+            order = [k for k in range(len(values)) if k != active] + [active]
+            assert len(order) > 1, f"{name}: a control with one setting"
+            for count, step in enumerate(order, start=1):
                 _click_step(page, div_id, step, device)
-                page.wait_for_function(
-                    f"() => document.getElementById('{div_id}')._fullLayout.sliders[0].active"
-                    f" === {step}", timeout=5000)
+                page.wait_for_function(  # the update done, to this step
+                    f"() => {{ const gd = document.getElementById('{div_id}');"
+                    f" return gd.__updates === {count} &&"
+                    f" gd._fullLayout.sliders[0].active === {step}; }}", timeout=5000)
                 data = page.evaluate(
                     f"() => {{ const gd = document.getElementById('{div_id}');"
                     f" return {json.dumps(meta['traces'])}.map(i => ({{"
-                    " x: Array.from(gd.data[i].x), y: Array.from(gd.data[i].y) })); }")
+                    f" x: Array.from(gd.data[i].x), v: {_READ[kind]} }})); }}")
                 expected = EXPECTED[name](values[step], [t["x"] for t in data])
                 for trace, want in zip(data, expected, strict=True):
-                    got = torch.tensor(trace["y"], dtype=torch.float64)
+                    got = _tensor(trace["v"])
                     torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6,
                                                msg=lambda m, n=name, s=step: f"{n}, step {s}: {m}")
         assert not errors, f"{page_name} logged script errors: {errors[:5]}"
     finally:
         context.close()
+
+
+# how the page's data are read back, per kind of explorable (JavaScript on trace i of gd)
+_READ = {"lines": "Array.from(gd.data[i].y)",
+         "heatmap": "Array.from(gd.data[i].z, row => Array.from(row))"}
+
+
+def _tensor(values: list) -> torch.Tensor:
+    """Plotted numbers as float64; a heatmap's undrawn (null) cells are -inf, as posenc's
+    masked entries are."""
+    if values and isinstance(values[0], list):
+        values = [[float("-inf") if v is None else v for v in row] for row in values]
+    return torch.tensor(values, dtype=torch.float64)
 
 
 def _explorable_bytes(html: str) -> int:
