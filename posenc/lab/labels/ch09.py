@@ -20,6 +20,10 @@ LABELS = {
         },
         "eval_length": "evaluation length (bytes); trained on {train_len}",
         "loss_nats": "loss (nats per byte)",
+        "mrope_grid": "image (rows × columns of tokens)",
+        "mrope_id": "position id",
+        "explore_mrope": "The three M-RoPE ids t, h, w of every token of a text-image-text "
+                         "sequence; a slider sets the image's grid of tokens after merging.",
     },
     "zh": {
         "text_tick": "文",
@@ -40,5 +44,9 @@ LABELS = {
         },
         "eval_length": "评估长度（字节），训练长度为 {train_len}",
         "loss_nats": "损失（奈特/字节）",
+        "mrope_grid": "图像（合并后词元的行数 × 列数）",
+        "mrope_id": "位置 id",
+        "explore_mrope": "一段“文本—图像—文本”序列中每个词元的三个 M-RoPE 位置 id（t、h、w）；"
+                         "滑块设定图像合并后的词元网格。",
     },
 }
