@@ -40,7 +40,6 @@ LABELS = {
         "position_in_input": "position in a {n}-byte input",
         "loss_16": "loss (16-byte mean)",
         "factor": "extension factor s",
-        "inv_s": "1/s",
         "explore_rules": "New over original frequency of every pair against its wavelength, "
                          "for the six rules on log-log axes (d = 128, base 10,000, "
                          "L = 4096); the dashed line is L; a slider sets the extension "
@@ -85,7 +84,6 @@ LABELS = {
         "position_in_input": "{n} 字节输入中的位置",
         "loss_16": "损失（16 字节滑动平均）",
         "factor": "扩展倍数 s",
-        "inv_s": "1/s",
         "explore_rules": "六种规则下各维度对的新旧频率之比随波长的变化，双对数坐标"
                          "（d = 128，基数 10 000，L = 4096），左侧为高频维度对，右侧为低频"
                          "维度对，虚线为 L；滑块调节扩展倍数 s",
