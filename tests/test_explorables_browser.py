@@ -95,6 +95,22 @@ def _ch05_heatmaps(head: float, x: list[list[float]]) -> list[torch.Tensor]:
     return [posenc.alibi_bias(8, 32)[int(head)].double()]  # -inf (undrawn) above the diagonal
 
 
+def _mrope_ids(grid: float | str, x: list[list[float]]) -> list[torch.Tensor]:
+    """Chapter 9: the (t, h, w) ids of "three text tokens, <vision_start>, the image's tokens,
+    <vision_end>, two text tokens", from posenc.mrope_position_ids for the image grid
+    ``"1,h,w"`` (in patches, merged 2 x 2); the slots past the sequence's end are blank."""
+    (xs,) = x  # a heatmap: the token slots; the expected value is its z, [t/h/w, slot]
+    t, h, w = (int(v) for v in str(grid).split(","))
+    image, start, end = 7, 5, 6  # token ids of <image>, <vision_start>, <vision_end>
+    tokens = [101, 102, 103, start] + [image] * (t * h * w // 4) + [end, 104, 105]
+    ids, _ = posenc.mrope_position_ids(torch.tensor([tokens]), torch.tensor([[t, h, w]]),
+                                       image_token_id=image, vision_start_token_id=start)
+    assert torch.equal(torch.tensor(xs, dtype=torch.float64),
+                       torch.arange(len(xs), dtype=torch.float64))
+    blank = torch.full((3, len(xs) - len(tokens)), float("-inf"), dtype=torch.float64)
+    return [torch.cat([ids[:, 0].double(), blank], dim=1)]
+
+
 def _ch10_visibility(layout: float, x: list[list[float]]) -> list[torch.Tensor]:
     """Who sees whom among 12 tokens: the distance m - n between the positions each token
     gets, -inf (undrawn) where the query may not see the key. The rule as posenc.attend's
@@ -135,6 +151,7 @@ EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = 
     "ch05-slopes": _ch05_slopes,
     "ch05-heatmaps": _ch05_heatmaps,
     "ch10-visibility": _ch10_visibility,
+    "mrope-ids": _mrope_ids,  # chapter 9 (its static figure is fig-mrope-ids)
 }
 
 
