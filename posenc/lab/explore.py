@@ -266,7 +266,8 @@ def explorable(
         "plot_bgcolor": "#fff",
         "height": height,
         "autosize": True,
-        "margin": {"l": 60, "r": 16, "t": 56 if frames[active].title else 16, "b": 10},
+        # r: room for half of the last tick label ("600") at the right edge
+        "margin": {"l": 60, "r": 24, "t": 56 if frames[active].title else 16, "b": 10},
         "xaxis": _axis(xlabel, xlog, xrange),
         "yaxis": _axis(ylabel, ylog, yrange),
         "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom",
