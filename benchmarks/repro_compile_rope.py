@@ -37,8 +37,8 @@ leaves those loops scalar: scalar ``std::sin``/``std::cos`` per element. ``torch
 ``tables`` form evaluates ``sin``/``cos`` once per angle. The rest of the gap was ours: the
 backward autograd derives for the channel swap is a scatter into zeros with a branch per
 element; posenc now gives it the rotation by minus the angle, as its eager path always did.
-I found no upstream issue about ``sin``/``cos`` in this heuristic (the related
-pytorch/pytorch#110611 is about Sleef vs MKL speed of vectorised transcendental functions).
+No upstream issue about ``sin``/``cos`` in this heuristic was found (the nearest,
+pytorch/pytorch#110611, is about the speed of vectorised transcendental functions).
 """
 
 from __future__ import annotations
