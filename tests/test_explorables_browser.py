@@ -111,6 +111,32 @@ def _mrope_ids(grid: float | str, x: list[list[float]]) -> list[torch.Tensor]:
     return [torch.cat([ids[:, 0].double(), blank], dim=1)]
 
 
+def _ch07_rules(factor: float, x: list[list[float]]) -> list[torch.Tensor]:
+    """New over original frequency of each of the 64 pairs (d_h = 128, base 10,000,
+    L = 4096) against its wavelength, for PI, NTK, dynamic NTK at n = sL, YaRN, Llama 3 and
+    LongRoPE with the chapter's made-up divisors 1 + (s - 1) (i / 63)^2, in that order."""
+    d, base, L, s = 128, 10_000.0, 4096, float(factor)
+    ell = posenc.rope_wavelengths(d, base=base, context_len=L).wavelength.double()
+    for xs in x:  # every trace against the pairs' wavelengths
+        torch.testing.assert_close(torch.tensor(xs, dtype=torch.float64), ell, rtol=1e-6,
+                                   atol=0)
+    plain, _ = posenc.rope_inv_freq(d, base=base)
+    rho = 1 + (s - 1) * (torch.arange(d // 2) / (d // 2 - 1)) ** 2
+    long_ = {"original_max_position_embeddings": L, "max_position_embeddings": int(s * L)}
+    configs = [
+        {"rope_type": "linear", "factor": s},
+        {"rope_type": "ntk", "factor": s},
+        {"rope_type": "dynamic", "factor": s, "max_position_embeddings": L},
+        {"rope_type": "yarn", "factor": s, **long_},
+        {"rope_type": "llama3", "factor": s, "low_freq_factor": 1.0,
+         "high_freq_factor": 4.0, **long_},
+        {"rope_type": "longrope", "factor": s, "short_factor": [1.0] * (d // 2),
+         "long_factor": rho.tolist(), **long_},
+    ]
+    return [(posenc.rope_inv_freq(d, base=base, scaling=c, seq_len=int(s * L))[0]
+             / plain).double() for c in configs]
+
+
 def _ch10_visibility(layout: float, x: list[list[float]]) -> list[torch.Tensor]:
     """Who sees whom among 12 tokens: the distance m - n between the positions each token
     gets, -inf (undrawn) where the query may not see the key. The rule as posenc.attend's
@@ -150,6 +176,7 @@ EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = 
     "ch04-decay": _ch04_decay,
     "ch05-slopes": _ch05_slopes,
     "ch05-heatmaps": _ch05_heatmaps,
+    "ch07-rules": _ch07_rules,
     "ch10-visibility": _ch10_visibility,
     "mrope-ids": _mrope_ids,  # chapter 9 (its static figure is fig-mrope-ids)
 }
