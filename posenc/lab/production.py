@@ -173,6 +173,10 @@ def stream(
     ``t - (sinks + window - 1) + j`` for sink ``j``. So only the sinks' keys are re-rotated,
     each step from a copy taken when they were cached and never overwritten, by their total
     shift: ``sinks`` rotations per step, and no rounding that accumulates step after step.
+
+    Raises:
+        ValueError: ``window < 1`` or ``sinks < 0``; ``reposition=True`` with an absolute
+            scheme (sinusoidal, learned).
     """
     if not isinstance(model, TransformerLM):
         raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
@@ -271,12 +275,12 @@ def shard_worker(rank: int, world_size: int, scheme_name: str, seq_len: int = 64
                  heads: int = 4, head_dim: int = 16, seed: int = 0) -> tuple[Tensor, Tensor]:
     """One rank's part of causal attention over a sequence sharded in the head-tail layout;
     needs ``torch.distributed`` initialised. Returns ``(positions, output)``, the rank's global
-    positions ``[L / W]`` and its rows of attention ``[1, H, L / W, Dh]``."""
+    positions ``[L / P]`` and its rows of attention ``[1, H, L / P, Dh]`` (P = world_size)."""
     import torch.distributed as dist
 
     q, k, v = _inputs(seq_len, heads, head_dim, seed)  # every rank could build all; it keeps
     pos = posenc.shard_positions(seq_len, rank, world_size)  # only its shard
-    q, k, v = q[:, :, pos], k[:, :, pos], v[:, :, pos]  # [1, H, L / W, Dh]
+    q, k, v = q[:, :, pos], k[:, :, pos], v[:, :, pos]  # [1, H, L / P, Dh]
     scheme: PositionScheme | None = _scheme(scheme_name, heads, head_dim, seed)
     if scheme_name == "rope" and scheme is not None:  # rotate by their global positions
         q, k = scheme.rotate(q, k, pos)
@@ -299,8 +303,8 @@ def _free_port() -> int:
 def run_sharded(schemes: tuple[str, ...] = ("rope", "alibi", "t5"), world_size: int = 2, *,
                 timeout: float = 300.0) -> dict[str, dict]:
     """Start ``world_size`` processes (gloo) that run :func:`shard_worker` for each scheme;
-    returns ``{scheme: {"positions": [W] list of [L / W], "outputs": [W] list of
-    [1, H, L / W, Dh]}}``, read back from the files the ranks wrote."""
+    returns ``{scheme: {"positions": [P] list of [L / P], "outputs": [P] list of
+    [1, H, L / P, Dh]}}`` (P = world_size), read back from the files the ranks wrote."""
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
