@@ -1,4 +1,4 @@
-"""Position interpolation's bound, computed (chapter 7): scores between integer offsets stay tame,
+"""Position interpolation's bound, computed (chapter 8): scores between integer offsets stay tame,
 scores past the trained offsets need not.
 
 Chen et al. (2023) write the RoPE attention score of a query at ``m`` and a key at ``n`` as a

@@ -17,7 +17,7 @@ LABELS = {
         "input_length": "input length",
         "needle_depth": "needle depth",
         "digits_right": "key digits right",
-        # PI's bound: a synthetic score fitted on [0, L] (figure fig-ch07-pi-bound, moved here from chapter 7)
+        # PI's bound: a synthetic score fitted on [0, L] (figure fig-ch08-pi-bound, moved here from chapter 7)
         "pi_whole": "(a) fitted on [0, L], read on [0, 2L]",
         "pi_zoom": "(b) between integers",
         "pi_sweep": "(c) against the ridge",
