@@ -8,6 +8,9 @@ The book's laboratory (tiny model, corpus, training, experiments) is :mod:`posen
 package never imports it.
 """
 
+import sys
+import types
+
 from .alibi import alibi_bias, alibi_bias_padded, alibi_score_mod, alibi_slopes
 from .attention import MultiHeadAttention, attend, causal_block_mask, causal_mask
 from .axial import axial_rope_cos_sin
@@ -47,6 +50,30 @@ from .schemes import (
 from .sinusoidal import SinusoidalPositionalEmbedding, sinusoidal_table
 from .t5 import T5RelativeBias, t5_relative_bucket
 from .temperature import llama4_attn_scale
+
+_SETTINGS = {"MASK_CACHE_BYTES": "posenc.schemes"}
+"""Module-level settings, by the module that reads them: the package keeps no copy."""
+
+
+class _NotASetting(AttributeError, ValueError):
+    """``posenc.NAME = value`` for a setting that lives in a submodule (an AttributeError, as
+    Python raises for an attribute that cannot be set, and a ValueError, as posenc raises)."""
+
+
+class _Package(types.ModuleType):
+    """The package's module type: assigning a submodule's setting here raises, since Python
+    would otherwise make a new name that nothing reads."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _SETTINGS:
+            raise _NotASetting(
+                f"posenc.{name} is not read by anything: the setting is "
+                f"{_SETTINGS[name]}.{name}; set it there ({_SETTINGS[name]}.{name} = {value!r})"
+            )
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def _version() -> str:

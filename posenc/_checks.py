@@ -24,6 +24,20 @@ def check_int(name: str, value: object, *, minimum: int | None = None, even: boo
     return value
 
 
+INT64_MAX = 2**63 - 1
+
+
+def check_window(name: str, value: object) -> int:
+    """A sliding window: an int in ``[1, 2**63 - 1]`` (the masks compare int64 positions)."""
+    value = check_int(name, value, minimum=1)
+    if value > INT64_MAX:
+        raise ValueError(
+            f"{name} must be an int <= 2**63 - 1 (the masks compare int64 positions; any "
+            f"window longer than the sequence means no window: pass None), got {value}"
+        )
+    return value
+
+
 def check_float(
     name: str, value: object, *, positive: bool = False, minimum: float | None = None
 ) -> float:

@@ -31,13 +31,14 @@ from ._checks import (
     check_int,
     check_rows,
     check_tensor,
+    check_window,
     is_compiling,
 )
 from .alibi import _check_bool
 from .cache import KVCache
 from .masks import FLEX_BLOCK, Visibility, block_visibility, dense_visibility
 from .positions import _check_mask, packed_positions
-from .schemes import NoPE, PositionScheme, make_scheme
+from .schemes import NoPE, PositionScheme, _a_class, make_scheme
 
 BACKENDS = ("sdpa", "math", "flex")
 
@@ -161,8 +162,10 @@ def attend(
     backend: str = "sdpa",
     dropout_p: float = 0.0,
 ) -> Tensor:
-    """Attention of ``q [B, H, Lq, Dh]`` over ``k, v [B, H_kv, Lk, Dh]`` with a position scheme
-    and a visibility rule; returns ``[B, H, Lq, Dh]``.
+    """Attention of ``q [B, H, Lq, Dh]`` over ``k [B, H_kv, Lk, Dh]``, ``v [B, H_kv, Lk, Dv]``
+    with a position scheme and a visibility rule; returns ``[B, H, Lq, Dv]``. ``Dv`` is
+    usually ``Dh``; it may differ, as in multi-head latent attention (DeepSeek-V3: 192 for q
+    and k, 128 for v), on every backend, as torch's SDPA allows.
 
     Positions, never indices, drive every scheme:
 
@@ -170,7 +173,8 @@ def attend(
       positions. Default: ``arange(Lq)`` after the tokens the ``cache`` has seen, or, with
       ``document_ids``, restarting at 0 in each document (:func:`~posenc.positions.packed_positions`).
     - ``key_positions`` ``[Lk]`` or ``[B, Lk]``: the keys' own positions (keys gathered from
-      other shards under context parallelism); ``Lk`` may then differ from ``Lq``. RoPE rotates
+      other shards under context parallelism); ``Lk`` may then differ from ``Lq``, and
+      ``positions`` is required (no default could tell where the queries sit). RoPE rotates
       ``k`` by them, ALiBi and T5 use key position minus query position, and ``causal`` means
       key position <= query position.
 
@@ -193,23 +197,36 @@ def attend(
     Raises:
         TypeError: q, k, v not floating tensors of one dtype; a position, document id or mask
             of the wrong dtype; ``scheme`` or ``cache`` of the wrong type; ``causal`` not a
-            bool, ``window`` not an int.
+            bool, ``window`` not an int; a scheme class where an instance belongs.
         ValueError: shapes that do not fit ``[B, H, L, Dh]`` / ``[B, H_kv, L, Dh]``; ``H`` not a
             multiple of ``H_kv``; ``Lk != Lq`` without ``key_positions`` (earlier keys belong in
-            the cache); a mask or position of the wrong shape or value (a mask shorter than the
-            cached plus new keys); an unknown ``backend``; ``window < 1``.
+            the cache); ``key_positions`` without ``positions``; a scheme whose ``num_heads``
+            is not ``H``; a mask or position of the wrong shape or value (a mask shorter than the
+            cached plus new keys); ``document_ids`` whose document comes back after another
+            (in the call, or after the cached tokens); an unknown ``backend``; ``window`` not
+            in ``[1, 2**63 - 1]``. Every argument is checked before the ``cache`` is written:
+            a refused call leaves the cache as it was.
     """
     B, Lq = _check_qkv(q, k, v, own_keys=key_positions is not None)
     scheme, causal, window, dropout_p = _check_options(scheme, cache, backend, causal, window, dropout_p)
+    heads = scheme.num_heads
+    if heads is not None and heads != q.shape[1]:
+        raise ValueError(
+            f"scheme {scheme.name!r} has a bias for {heads} heads but q has {q.shape[1]} "
+            "heads; they must be equal"
+        )
     q_pos, k_pos, doc = _positions(q, k, positions, key_positions, document_ids, cache)
+    # every argument is checked before the cache is written: a refused call leaves it as it was
+    key_valid = _key_valid(attention_mask, cache, B, Lq, k.shape[-2], q.device)  # [1 | B, Lk]
     if k_pos is None:  # a scheme written for the 3-argument hook keeps working
         q, k = scheme.rotate(q, k, q_pos)  # [B, H, L, Dh], [B, H_kv, L, Dh]
     else:
         q, k = scheme.rotate(q, k, q_pos, k_pos)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
     k, v, keys_pos, keys_doc, written, q_slot = _all_keys(
         k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq
-    )  # k, v [B, H_kv, Lk, Dh]; positions [Lk] or [B, Lk]; ids [B, Lk]; written slots [Lk]
-    key_valid = _key_valid(attention_mask, written, q_slot, cache, B, Lq, k.shape[-2], q.device)
+    )  # k, v [B, H_kv, Lk, Dh | Dv]; positions [Lk] or [B, Lk]; ids [B, Lk]; written slots [Lk]
+    if written is not None:  # a static cache: only the written slots are keys
+        key_valid = written[None] if key_valid is None else key_valid & written
     evicted = cache is not None and cache.evicted
     if (key_valid is None and doc is None and window is None and k_pos is None and not evicted
             and not (positions is not None and scheme.has_bias)):
@@ -239,9 +256,10 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int,
     if q.device != k.device or q.device != v.device:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     B, H, Lq, D = q.shape
-    if k.shape != v.shape or k.shape[0] != B or k.shape[-1] != D:
+    if k.shape[:-1] != v.shape[:-1] or k.shape[0] != B or k.shape[-1] != D:
         raise ValueError(
-            f"q, k, v must agree in batch and head_dim (k and v fully), got "
+            f"q, k, v must agree in batch and head_dim (k and v in all but v's head size, "
+            f"which may differ from q's and k's), got "
             f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     if k.shape[1] == 0 or H % k.shape[1]:
@@ -262,6 +280,8 @@ def _check_options(
 ) -> tuple[PositionScheme, bool, int | None, float]:
     """The plain arguments: ``(scheme or NoPE, causal, window, dropout_p)``, checked."""
     if scheme is not None and not isinstance(scheme, PositionScheme):
+        if isinstance(scheme, type) and issubclass(scheme, PositionScheme):
+            raise TypeError(f"scheme must be a PositionScheme or None, {_a_class(scheme)}")
         raise TypeError(f"scheme must be a PositionScheme or None, got {type(scheme).__name__}")
     if cache is not None and not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
@@ -270,7 +290,7 @@ def _check_options(
     return (  # the plain values take the quick test (this runs on every call)
         scheme if scheme is not None else _NOPE,
         causal if type(causal) is bool else _check_bool("causal", causal),
-        None if window is None else check_int("window", window, minimum=1),
+        None if window is None else check_window("window", window),
         dropout_p if type(dropout_p) is float and 0.0 <= dropout_p <= 1.0
         else _check_dropout("dropout_p", dropout_p),
     )
@@ -294,7 +314,15 @@ def _positions(
         doc = check_rows("document_ids", document_ids, B, Lq, labels=True).to(q.device).expand(B, Lq)
     if positions is not None:
         positions = check_rows("positions", positions, B, Lq, labels=False)
+        if doc is not None:
+            _check_runs(doc, cache)
         return positions.to(q.device, torch.long), k_pos, doc
+    if k_pos is not None:
+        raise ValueError(
+            "positions is required when key_positions is given: the queries' positions cannot "
+            "be told from keys of their own (give both, e.g. positions=mine, "
+            "key_positions=gathered)"
+        )
     if doc is not None:
         if cache is not None and cache.k is not None:
             raise ValueError("with document_ids and a non-empty cache, give positions "
@@ -303,6 +331,34 @@ def _positions(
     if cache is not None:
         return cache.next_positions(Lq, q.device), k_pos, doc  # [Lq]
     return torch.arange(Lq, device=q.device), k_pos, doc  # [Lq]
+
+
+def _check_runs(doc: Tensor, cache: KVCache | None) -> None:
+    """Each document one contiguous run of its id in every row, over the cached plus new
+    tokens: an id that comes back after another would join two runs (``packed_positions``
+    checks the same when it makes the positions). Not while compiling (a host sync)."""
+    if is_compiling():
+        return
+    ids = doc.to(torch.long)  # [B, Lq]
+    held = None if cache is None else cache.document_ids  # [B, T]
+    if held is not None and held.shape[0] == ids.shape[0]:
+        if cache is not None and cache.filled is not None:
+            held = held[:, : int(cache.filled)]  # the written slots of a static cache
+        ids = torch.cat([held.to(ids.device, torch.long), ids], dim=-1)  # [B, T + Lq]
+    if ids.shape[-1] < 2:
+        return
+    runs = (ids[:, 1:] != ids[:, :-1]).sum(-1) + 1  # [B]
+    srt = ids.sort(-1).values
+    distinct = (srt[:, 1:] != srt[:, :-1]).sum(-1) + 1  # [B]
+    if not bool((runs == distinct).all()):
+        b = int((runs != distinct).nonzero()[0, 0])
+        where = " (the cached plus new tokens)" if ids.shape[-1] > doc.shape[-1] else ""
+        shown = f" {ids[b].tolist()}" if ids.shape[-1] <= 32 else ""
+        raise ValueError(
+            "document_ids must hold each document as one contiguous run (e.g. [0, 0, 1, 1, 1]); "
+            f"in row {b}{where}{shown}, {int(runs[b] - distinct[b])} id(s) come back after "
+            "another id"
+        )
 
 
 def _all_keys(
@@ -316,29 +372,38 @@ def _all_keys(
 
 
 def _key_valid(
-    attention_mask: Tensor | None, written: Tensor | None, q_slot: Tensor | int,
-    cache: KVCache | None, B: int, Lq: int, Lk: int, device: torch.device,
+    attention_mask: Tensor | None, cache: KVCache | None, B: int, Lq: int, Lk_new: int,
+    device: torch.device,
 ) -> Tensor | None:
-    """``[1 | B, Lk]`` bool: the keys that are real tokens (and ``written``, in a static cache);
-    None when every key is."""
+    """``[1 | B, Lk]`` bool: the keys that are real tokens, over the cached plus new keys (all
+    ``max_len`` slots of a static cache); None without a mask. Checked before the cache is
+    written (the caller ands in a static cache's written slots after the write)."""
     if attention_mask is None:
-        return None if written is None else written[None]
+        return None
     key_valid = _check_mask("attention_mask", attention_mask)
     T = key_valid.shape[-1]
-    if cache is not None and cache.static and T < Lk:  # the slots past the mask: unwritten
-        if not is_compiling() and T < int(q_slot) + Lq:
+    static = cache is not None and cache.static
+    if cache is None:
+        Lk = Lk_new
+    elif cache.max_len is not None:
+        Lk = cache.max_len
+    else:
+        Lk = (0 if cache.k is None else cache.k.shape[-2]) + Lk_new
+    if static and T < Lk:  # the slots past the mask: unwritten
+        assert cache is not None
+        held = 0 if cache.filled is None or is_compiling() else int(cache.filled)
+        if T < held + Lq:
             raise ValueError(
-                f"attention_mask covers {T} keys, but the cache held {int(q_slot)} and this "
-                f"call adds {Lq}: it must cover the {int(q_slot) + Lq} cached plus new keys "
+                f"attention_mask covers {T} keys, but the cache held {held} and this "
+                f"call adds {Lq}: it must cover the {held + Lq} cached plus new keys "
                 f"(or all max_len={Lk} slots)"
             )
         key_valid = F.pad(key_valid, (0, Lk - T), value=False)
     if key_valid.shape[0] not in (1, B) or key_valid.shape[-1] != Lk:
-        want = f"[{B}, {Lk}] (cached plus new keys)" if cache is None or not cache.static else (
+        want = f"[{B}, {Lk}] (cached plus new keys)" if not static else (
             f"[{B}, T] with the cached plus new keys <= T <= max_len={Lk}")
         raise ValueError(f"attention_mask must have shape {want}, got {tuple(attention_mask.shape)}")
-    key_valid = key_valid.to(device)
-    return key_valid if written is None else key_valid & written
+    return key_valid.to(device)
 
 
 def _attend_by_rule(
@@ -536,7 +601,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"num_heads={num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
             )
-        self.window = None if window is None else check_int("window", window, minimum=1)
+        self.window = None if window is None else check_window("window", window)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.head_dim = dim // num_heads
@@ -605,7 +670,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             if not isinstance(cache, KVCache):
                 raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-            cache.claim(self.layer_name)
+            if cache.owner is not None:
+                cache.claim(self.layer_name)  # raises if another layer wrote it
         H, H_kv, Dh = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv(x)  # [B, L, (H + 2 H_kv) Dh]
         if H_kv == H:
@@ -619,4 +685,6 @@ class MultiHeadAttention(nn.Module):
             attention_mask=attention_mask, document_ids=document_ids, window=self.window,
             backend=self.backend, dropout_p=self.dropout if self.training else 0.0,
         )  # [B, H, L, Dh]
+        if cache is not None and cache.owner is None:
+            cache.claim(self.layer_name)  # after the write: a refused call claims nothing
         return self.proj(y.transpose(1, 2).flatten(2))  # [B, L, D]

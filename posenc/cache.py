@@ -17,6 +17,7 @@ in a :class:`LayerCaches` (as transformers' ``Cache`` holds one per layer).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -30,7 +31,7 @@ class CacheView(NamedTuple):
     """What attention needs after an update: every key and value, and where they sit."""
 
     k: Tensor  # [B, H_kv, T, D_h]
-    v: Tensor  # [B, H_kv, T, D_h]
+    v: Tensor  # [B, H_kv, T, D_v] (D_v = D_h but in multi-head latent attention)
     positions: Tensor  # [B, T] int64, the keys' positions
     document_ids: Tensor | None  # [B, T] or None
     valid: Tensor | None  # [T] bool, the written slots of a static cache; None: all
@@ -94,16 +95,22 @@ class KVCache:
             check_tensor(name, t, floating=True)
             if t.dim() != 4:
                 raise ValueError(f"{name} must have shape [B, H, L, Dh], got {tuple(t.shape)}")
-        if k.shape != v.shape or k.dtype != v.dtype or k.device != v.device:
+        if k.shape[:-1] != v.shape[:-1] or k.dtype != v.dtype or k.device != v.device:
             raise ValueError(
-                f"k and v must have the same shape, dtype and device, got {tuple(k.shape)} "
+                f"k and v must have the same shape, dtype and device (v's head size may differ "
+                f"from k's), got {tuple(k.shape)} "
                 f"{k.dtype} {k.device} and {tuple(v.shape)} {v.dtype} {v.device}"
             )
-        if self.k is not None:
+        if self.k is not None and self.v is not None:
             if k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]:
                 raise ValueError(
                     f"new k {tuple(k.shape)} does not match the cached keys {tuple(self.k.shape)} "
                     "(batch, heads and head_dim must agree)"
+                )
+            if v.shape[-1] != self.v.shape[-1]:
+                raise ValueError(
+                    f"new v {tuple(v.shape)} does not match the cached values "
+                    f"{tuple(self.v.shape)} (the head size of v must agree)"
                 )
             if k.dtype != self.k.dtype or k.device != self.k.device:
                 raise ValueError(
@@ -113,8 +120,9 @@ class KVCache:
     def update(
         self, k: Tensor, v: Tensor, positions: Tensor | None = None, document_ids: Tensor | None = None
     ) -> CacheView:
-        """Add the new ``k, v [B, H_kv, L, D_h]`` at ``positions [L]`` or ``[B, L]`` (default:
-        after the tokens seen) with their ``document_ids [L]`` or ``[B, L]``; return everything
+        """Add the new ``k [B, H_kv, L, D_h]``, ``v [B, H_kv, L, D_v]`` at ``positions [L]``
+        or ``[B, L]`` (default: after the tokens seen) with their ``document_ids [L]`` or
+        ``[B, L]``; return everything
         cached. ``positions`` are checked as :func:`~posenc.attention.attend` checks them
         (integers in ``[0, 2**24)``), ``document_ids`` are integer labels."""
         check_tensor("k", k, floating=True, min_dim=1)
@@ -162,9 +170,14 @@ class KVCache:
         assert self.max_len is not None
         B, H, L, D = k.shape
         N = self.max_len
+        if not is_compiling() and L > N:  # before the first update allocates anything
+            raise ValueError(
+                f"KVCache(max_len={N}) holds {len(self)} tokens and cannot take {L} more; "
+                "make max_len larger"
+            )
         if self.k is None:
             self.k = k.new_zeros(B, H, N, D)  # [B, H_kv, N, D_h]
-            self.v = v.new_zeros(B, H, N, D)
+            self.v = v.new_zeros(B, H, N, v.shape[-1])  # [B, H_kv, N, D_v]
             self.positions = torch.zeros(B, N, dtype=torch.long, device=k.device)  # [B, N]
             self.filled = torch.zeros((), dtype=torch.long, device=k.device)
             if document_ids is not None:
@@ -234,7 +247,8 @@ class KVCache:
 class LayerCaches(Sequence[KVCache]):
     """One :class:`KVCache` per layer of a model, as transformers' ``Cache`` holds one per layer.
 
-    ``LayerCaches(num_layers, max_len=None)``; ``caches[i]`` is layer ``i``'s cache. Pass it
+    ``LayerCaches(num_layers, *, max_len=None)`` (``max_len`` is keyword-only; an int gives
+    every layer a static cache of that many slots); ``caches[i]`` is layer ``i``'s cache. Pass it
     where a model takes its caches (``TransformerLM(...)(tokens, caches=caches)``) and give
     ``caches[i]`` to layer ``i``: a cache holds one layer's keys.
     """
@@ -244,8 +258,14 @@ class LayerCaches(Sequence[KVCache]):
         self.layers = tuple(KVCache(max_len) for _ in range(num_layers))
 
     def __getitem__(self, i: int) -> KVCache:  # type: ignore[override]  # no slices
-        if not isinstance(i, int) or isinstance(i, bool):
-            raise TypeError(f"LayerCaches index must be an int (a layer), got {type(i).__name__}")
+        if isinstance(i, bool):
+            raise TypeError(f"LayerCaches index must be an int (a layer), got {i!r} (bool)")
+        try:
+            i = operator.index(i)  # an int, a numpy integer, a 0-dim integer tensor
+        except TypeError:
+            raise TypeError(
+                f"LayerCaches index must be an int (a layer), got {type(i).__name__}"
+            ) from None
         if not -len(self.layers) <= i < len(self.layers):
             raise IndexError(f"LayerCaches holds {len(self.layers)} layers (one cache each), got index {i}")
         return self.layers[i]

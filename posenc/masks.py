@@ -50,9 +50,9 @@ class Visibility:
         if self.causal:
             ok = ok & ((n <= m) if self.by_position else (ki <= self.q_slot[qi]))
         if self.window is not None:  # n > m - W: the int sum is [B, Lq, 1], only the test is wide
-            ok = ok & (n > m - self.window)
+            ok = ok & (n > m - self.window)  # W <= 2**63 - 1 and m >= 0: no int64 overflow
             if not self.causal:
-                ok = ok & (n < m + self.window)
+                ok = ok & (n - self.window < m)  # n < m + W, which could overflow int64
         if self.q_doc is not None and self.k_doc is not None:
             ok = ok & (self.q_doc[b, qi] == self.k_doc[b, ki])
         if self.key_valid is not None:

@@ -61,6 +61,9 @@ class PositionScheme(nn.Module):
     """
 
     name = "nope"
+    num_heads: int | None = None
+    """The heads a per-head bias is built for (ALiBi, T5), or None: attention refuses a ``q``
+    with another head count."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -179,7 +182,10 @@ MASK_CACHE_BYTES = 256 << 20
 """The largest bias mask a scheme keeps between calls, in bytes: an int >= 0 (default 256 MiB:
 8 heads at L = 2896 in float32). A longer pass builds its mask per call and frees it; for long
 sequences the ``flex`` backend never builds one at all. Set it to 0 to cache nothing. A scheme's
-own ``cache_bytes`` (an int >= 0, or None: use this one) overrides it."""
+own ``cache_bytes`` (an int >= 0, or None: use this one) overrides it.
+
+Set it on this module, ``posenc.schemes.MASK_CACHE_BYTES = 0``: the package ``posenc`` holds no
+copy, and ``posenc.MASK_CACHE_BYTES = 0`` raises rather than create a name nothing reads."""
 
 
 def _check_budget(name: str, value: object) -> int:
@@ -266,6 +272,7 @@ class ALiBi(_CachedMask):
     """
 
     name = "alibi"
+    num_heads: int
     slopes: Tensor  # [H]
 
     def __init__(self, num_heads: int) -> None:
@@ -314,6 +321,7 @@ class T5Bias(_CachedMask):
     """
 
     name = "t5"
+    num_heads: int
 
     def __init__(self, num_heads: int, **kwargs: Any) -> None:
         super().__init__()
@@ -367,6 +375,23 @@ class T5Bias(_CachedMask):
         return table[:, buckets]  # [H, Lq, Lk]
 
 
+def _a_class(cls: type) -> str:
+    """The end of the message for a scheme class passed where an instance belongs."""
+    params = inspect.signature(cls).parameters
+    need = [n for n, p in params.items() if p.default is p.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return (f"got the class {cls.__name__}; pass an instance, e.g. "
+            f"{cls.__name__}({', '.join(need)})")
+
+
+def _not_a_name(given: object) -> TypeError:
+    """The error for a ``make_scheme`` argument that is neither a name nor a scheme."""
+    if isinstance(given, type) and issubclass(given, PositionScheme):
+        return TypeError(f"scheme must be a name or a PositionScheme, {_a_class(given)} "
+                         f"(or a name: {', '.join(map(repr, SCHEMES))})")
+    return TypeError(f"scheme must be a name or a PositionScheme, got {type(given).__name__}")
+
+
 def make_scheme(
     name: str | PositionScheme | None,
     *,
@@ -393,7 +418,7 @@ def make_scheme(
             )
         return name
     if not isinstance(name, str):
-        raise TypeError(f"scheme must be a name or a PositionScheme, got {type(name).__name__}")
+        raise _not_a_name(name)
     if name not in SCHEMES:
         raise ValueError(f"unknown scheme {name!r}; allowed: {', '.join(SCHEMES)}")
 
