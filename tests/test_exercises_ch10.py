@@ -21,15 +21,24 @@ from posenc.lab.exercises.ch10 import (
 )
 
 
-def positions(mask):
+def positions(mask, new):
     mask = mask.long()
-    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)[:, -new:]
 
 
 def shard(seq_len, rank, world):
     c, tail = seq_len // (2 * world), 2 * world - 1 - rank
     return torch.cat([torch.arange(rank * c, (rank + 1) * c),
                       torch.arange(tail * c, (tail + 1) * c)])
+
+
+def doc_shards(lengths, rank, world):
+    return torch.cat([shard(n, rank, world) for n in lengths])
+
+
+def contiguous_docs(lengths, rank, world):
+    return torch.cat([posenc.shard_positions(n, rank, world, load_balance=False)
+                      for n in lengths])
 
 
 def rerotate(k, delta, base=10000.0, *, sign=1.0, interleaved=True):
@@ -69,9 +78,10 @@ def _rejects(check, fn, capsys, words, lang="en"):
 
 def test_accept_the_solutions(capsys):
     assert check_positions_from_mask(positions)
-    assert check_positions_from_mask(posenc.positions_from_mask)
-    assert check_shard_positions(shard)
-    assert check_shard_positions(posenc.shard_positions)
+    assert check_positions_from_mask(lambda m, new: posenc.positions_from_mask(m)[:, -new:])
+    assert check_shard_positions(doc_shards)
+    assert check_shard_positions(lambda ls, r, w: torch.cat([posenc.shard_positions(n, r, w)
+                                                             for n in ls]))
     assert check_rerotate(rerotate)
     assert check_cu_seqlens(cu)
     assert check_cu_seqlens(posenc.cu_seqlens)
@@ -140,27 +150,37 @@ def test_streaming_keep_slips(capsys):
 
 def test_positions_slips(capsys):
     check = check_positions_from_mask
-    _rejects(check, lambda m: torch.arange(m.shape[1]).expand(m.shape), capsys, "arange(L)")
-    _rejects(check, lambda m: m.long().cumsum(-1) - 1, capsys, "padded slots should hold 0")
-    _rejects(check, lambda m: positions(m) + m.long(), capsys, "off by one")
-    _rejects(check, lambda m: positions(m).float(), capsys, "integers")
-    _rejects(check, lambda m: positions(m)[:, 1:], capsys, "shape")
-    _rejects(check, lambda m: 1 / 0, capsys, "ZeroDivisionError")
+    _rejects(check, lambda m, k: torch.arange(k).expand(m.shape[0], k), capsys,
+             "counted from the first new token")
+    _rejects(check, lambda m, k: torch.arange(m.shape[1])[-k:].expand(m.shape[0], k), capsys,
+             "slot indices")
+    _rejects(check, lambda m, k: posenc.positions_from_mask(m), capsys,
+             "positions of every token")
+    _rejects(check, lambda m, k: (m.long().cumsum(-1) - 1)[:, -k:], capsys,
+             "padded slots should hold 0")
+    _rejects(check, lambda m, k: positions(m, k) + m.long()[:, -k:], capsys, "off by one")
+    _rejects(check, lambda m, k: positions(m, k).float(), capsys, "integers")
+    _rejects(check, lambda m, k: positions(m, k)[:, 1:], capsys, "shape")
+    _rejects(check, lambda m, k: 1 / 0, capsys, "ZeroDivisionError")
 
 
 def test_shard_slips(capsys):
     check = check_shard_positions
-    contiguous = lambda n, r, w: posenc.shard_positions(n, r, w, load_balance=False)  # noqa: E731
-    _rejects(check, contiguous, capsys, "contiguous chunks")
+    _rejects(check, contiguous_docs, capsys, "contiguous chunks")
 
-    def strided(n, r, w):
-        c = n // (2 * w)
-        return torch.cat([torch.arange(r * c, (r + 1) * c),
-                          torch.arange((r + w) * c, (r + w + 1) * c)])
+    def whole_row(lengths, r, w):  # head-tail of the whole row, positions per document
+        ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+        return posenc.packed_positions(ids[None])[0][posenc.shard_positions(sum(lengths), r, w)]
 
-    _rejects(check, strided, capsys, "r + world_size")
-    _rejects(check, lambda n, r, w: shard(n, r, w).flip(0), capsys, "wrong order")
-    _rejects(check, lambda n, r, w: shard(n, r, w).float(), capsys, "integers")
+    _rejects(check, whole_row, capsys, "cut every document")
+
+    def row_indices(lengths, r, w):  # indices into the row, not positions
+        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+        return torch.cat([shard(n, r, w) + s for n, s in zip(lengths, starts, strict=True)])
+
+    _rejects(check, row_indices, capsys, "restart at 0")
+    _rejects(check, lambda ls, r, w: doc_shards(ls, r, w).flip(0), capsys, "wrong order")
+    _rejects(check, lambda ls, r, w: doc_shards(ls, r, w).float(), capsys, "integers")
 
 
 def test_rerotate_slips(capsys):
@@ -190,7 +210,7 @@ def test_stub_gives_false_without_raising(capsys):
 
 def test_answers_in_chinese(capsys):
     assert check_positions_from_mask(positions, lang="zh")
-    assert check_shard_positions(shard, lang="zh")
+    assert check_shard_positions(doc_shards, lang="zh")
     assert check_rerotate(rerotate, lang="zh")
     assert check_cu_seqlens(cu, lang="zh")
     assert check_alibi_after_eviction(alibi, lang="zh")
@@ -198,11 +218,11 @@ def test_answers_in_chinese(capsys):
     out = capsys.readouterr().out
     assert out.count("✓") == 6 and "你的" in out and "your" not in out
     cases = [
-        (check_positions_from_mask, lambda m: torch.arange(m.shape[1]).expand(m.shape),
-         "arange(L)"),
-        (check_positions_from_mask, lambda m: m.long().cumsum(-1) - 1, "填充位置应当是 0"),
-        (check_shard_positions,
-         lambda n, r, w: posenc.shard_positions(n, r, w, load_balance=False), "连续切块"),
+        (check_positions_from_mask, lambda m, k: torch.arange(k).expand(m.shape[0], k),
+         "从第一个新词元开始计数"),
+        (check_positions_from_mask, lambda m, k: (m.long().cumsum(-1) - 1)[:, -k:],
+         "填充位置应当是 0"),
+        (check_shard_positions, contiguous_docs, "连续切块"),
         (check_rerotate, lambda k, d, b: rerotate(k, d, b, sign=-1.0), "转了 -delta"),
         (check_rerotate, lambda k, d, b: 1 / 0, "你的函数抛出了"),
         (check_cu_seqlens, lambda ids: (cu(ids)[0].diff(), cu(ids)[1]), "累加和"),
@@ -223,9 +243,11 @@ def test_chinese_hints_fit_the_page_and_space_latin_names(capsys):
     """Every Chinese line fits WIDTH display columns (a formula may overflow only on its own)
     and a Latin name is set off from Chinese characters by a space."""
     wrongs = [
-        (check_positions_from_mask, lambda m: m.long().cumsum(-1) - 1),
-        (check_shard_positions,
-         lambda n, r, w: posenc.shard_positions(n, r, w, load_balance=False)),
+        (check_positions_from_mask, lambda m, k: (m.long().cumsum(-1) - 1)[:, -k:]),
+        (check_positions_from_mask, lambda m, k: torch.arange(k).expand(m.shape[0], k)),
+        (check_positions_from_mask, lambda m, k: posenc.positions_from_mask(m)),
+        (check_shard_positions, contiguous_docs),
+        (check_shard_positions, lambda ls, r, w: doc_shards(ls, r, w).flip(0)),
         (check_rerotate, lambda k, d, b: rerotate(k, d, b, interleaved=False)),
         (check_cu_seqlens, lambda ids: (cu(ids)[0].long(), cu(ids)[1])),
         (check_alibi_after_eviction, lambda s, m, n: alibi(

@@ -129,7 +129,7 @@ def attention_weights(model: TransformerLM, tokens: Tensor) -> list[Tensor]:
 
 def rotate_by(x: Tensor, delta: Tensor, inv_freq: Tensor, *, interleaved: bool = True) -> Tensor:
     """Rotate ``x [..., T, Dh]``, already rotated to some positions, by ``delta [T]`` more
-    positions (any sign): ``R(a) R(delta) = R(a + delta)``. Positions are never negative in
+    positions (any sign): ``R(n) R(delta) = R(n + delta)``. Positions are never negative in
     posenc, so a backward turn is the forward one with ``sin`` negated."""
     cos, sin = posenc.rope_cos_sin(delta.abs(), inv_freq, interleaved=interleaved)  # [T, Dh]
     sin = sin * delta.sign()[:, None].to(sin.dtype)

@@ -1,7 +1,8 @@
-"""Checkers for chapter 10's exercises (positions in production): position ids of a left-padded
-batch, FlashAttention's varlen offsets of a packed batch, the ALiBi bias after an eviction,
-StreamingLLM's eviction and moves, the head-tail positions of a context-parallel shard, and
-re-rotating a cached RoPE key. Every hint is wrapped by display width (``verdict``).
+"""Checkers for chapter 10's exercises (positions in production): the position ids of a decode
+step in a left-padded batch, FlashAttention's varlen offsets of a packed batch, the ALiBi bias
+after an eviction, StreamingLLM's eviction and moves, the per-document head-tail positions of a
+context-parallel shard of packed documents, and re-rotating a cached RoPE key. Every hint is
+wrapped by display width (``verdict``).
 """
 
 from __future__ import annotations
@@ -25,28 +26,33 @@ def _is_int_tensor(x: object) -> bool:
     return isinstance(x, Tensor) and not x.is_floating_point() and x.dtype != torch.bool
 
 
-# ----------------------------------------------------------------- positions_from_mask
+# ----------------------------------------------------------------- a decode step's positions
 
-_MASKS = [
-    torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]),
-    torch.tensor([[0, 0, 0, 0, 1, 1], [0, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]),
-    torch.tensor([[0, 1, 1], [0, 0, 0]]),  # a row of padding only
-    torch.tensor([[False, True, True, True]]),  # a bool mask
+_STEPS = [  # (attention_mask over the cached and the new tokens, number of new tokens)
+    (torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]), 1),
+    (torch.tensor([[0, 0, 0, 0, 1, 1, 1], [0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1]]), 3),
+    (torch.tensor([[0, 0, 0, 1], [0, 1, 1, 1]]), 1),  # a row whose cache holds pads only
+    (torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]), 5),  # the prefill: pads included
+    (torch.tensor([[False, True, True, True, True]]), 2),  # a bool mask
 ]
 
 
-def check_positions_from_mask(fn: Callable[[Tensor], Tensor], *, lang: str = "en") -> bool:
-    """``fn(attention_mask) -> positions``: ``attention_mask [B, L]`` is 1 (or True) on real
-    tokens and 0 on left padding; each real token gets its index among the real tokens of its
-    row, a padded slot gets 0 (as the ``generate`` of transformers 5). Compared with
-    ``posenc.positions_from_mask``; the verdict in ``lang`` (``"en"`` or ``"zh"``)."""
+def check_positions_from_mask(fn: Callable[[Tensor, int], Tensor], *,
+                              lang: str = "en") -> bool:
+    """``fn(attention_mask, new) -> positions``: ``attention_mask [B, P + new]`` covers the
+    ``P`` tokens already in the cache and the ``new`` tokens of this step, 1 (or True) on real
+    tokens and 0 on left padding; return the positions ``[B, new]`` of the new tokens: each real
+    token its index among the real tokens of its row, a padded slot 0 (as the ``generate`` of
+    transformers 5). Compared with ``posenc.positions_from_mask(attention_mask)[:, -new:]``;
+    the verdict in ``lang`` (``"en"`` or ``"zh"``)."""
     check_lang(lang)
-    for mask in _MASKS:
-        setting = f"attention_mask={mask.long().tolist()}"
-        got, error = attempt(fn, mask.clone(), lang=lang)
+    for mask, new in _STEPS:
+        setting = f"attention_mask={mask.long().tolist()}, new={new}"
+        got, error = attempt(fn, mask.clone(), new, lang=lang)
         if error:
             return fail(error, setting, lang)
-        want = posenc.positions_from_mask(mask)
+        full = posenc.positions_from_mask(mask)
+        want = full[:, -new:]
         if isinstance(got, Tensor) and got.shape == want.shape and not _is_int_tensor(got):
             return fail(say(lang, en=f"positions must be integers (an index into the rotation "
                              f"or the table), got dtype {got.dtype}",
@@ -56,11 +62,29 @@ def check_positions_from_mask(fn: Callable[[Tensor], Tensor], *, lang: str = "en
                           what=say(lang, en="the positions", zh="位置"), lang=lang)
         if problem is None:
             continue
+        if isinstance(got, Tensor) and got.shape == full.shape and new < mask.shape[1]:
+            return fail(say(lang, en=f"you returned the positions of every token, shape "
+                            f"{list(full.shape)}; a decode step needs only the new tokens' "
+                            f"[B, new] = {list(want.shape)}",
+                            zh=f"你返回了所有词元的位置，形状为 {list(full.shape)}；解码一步只需要新词元的 "
+                            f"[B, new] = {list(want.shape)}"), setting, lang)
         if not (isinstance(got, Tensor) and got.shape == want.shape):
             return fail(problem, setting, lang)
-        real = mask.bool()
+        real = mask[:, -new:].bool()
         g = got.long()
-        if torch.equal(g[real], want[real]):
+        slots = torch.arange(mask.shape[1])[-new:].expand_as(g)
+        if torch.equal(g, torch.arange(new).expand_as(g)) and new < mask.shape[1]:
+            hint = say(lang, en="you counted from the first new token: the new tokens continue "
+                       "their row, so count the real tokens of the whole mask, the cached ones "
+                       "included",
+                       zh="你从第一个新词元开始计数：新词元接在它所在行的后面，应对整个掩码中的真实词元"
+                       "计数，包括已缓存的那些")
+        elif torch.equal(g, slots):
+            hint = say(lang, en="these are slot indices (arange over the mask), which ignore "
+                       "the padding: a left-padded row counts from its first real token",
+                       zh="这是词元格下标（对掩码做 arange），没有考虑填充：左填充的一行应从它的第一个"
+                       "真实词元开始计数")
+        elif torch.equal(g[real], want[real]):
             hint = say(lang, en="the real tokens are right; the padded slots should hold 0, as "
                        "the generate of transformers 5 fills them (masked_fill(mask == 0, 0); "
                        "version 4 filled 1); their value never reaches a real token, but keep "
@@ -72,38 +96,41 @@ def check_positions_from_mask(fn: Callable[[Tensor], Tensor], *, lang: str = "en
             hint = say(lang, en="off by one: the first real token of a row is at position 0 "
                        "(cumsum(mask) - 1)",
                        zh="差了一：每行第一个真实词元的位置是 0（cumsum(mask) - 1）")
-        elif torch.equal(g, torch.arange(mask.shape[1]).expand_as(g)):
-            hint = say(lang, en="these are arange(L) positions, which ignore the padding: a "
-                       "left-padded row must start counting at its first real token",
-                       zh="这是 arange(L) 的位置，没有考虑填充：左填充的一行应从它的第一个真实词元开始计数")
         else:
             hint = problem
         return fail(hint, setting, lang)
     return verdict(True, say(
-        lang, en="your positions equal posenc.positions_from_mask (and transformers' generate)\n"
-        "  for every padded batch tried",
-        zh="你的位置与 posenc.positions_from_mask（以及 transformers 的 generate）相同，\n"
-        "  试过的每个填充批次都一样"))
+        lang, en="your positions equal those transformers' generate gives the new tokens\n"
+        "  (posenc.positions_from_mask over the whole mask), for every step tried",
+        zh="你的位置与 transformers 的 generate 给新词元的位置相同\n"
+        "  （对整个掩码做 posenc.positions_from_mask），试过的每一步都一样"))
 
 
-# ----------------------------------------------------------------- shard positions
+# ----------------------------------------------------------------- per-document shard positions
 
-_SHARDS = [(16, 2), (24, 3), (32, 4), (8, 1)]
+_DOC_SHARDS = [([8, 16], 2), ([12, 6, 18], 3), ([16, 8, 24], 4), ([6, 4], 1), ([8], 2)]
 
 
-def check_shard_positions(fn: Callable[[int, int, int], Tensor], *, lang: str = "en") -> bool:
-    """``fn(seq_len, rank, world_size) -> positions``: the global positions ``[seq_len //
-    world_size]`` of rank ``rank``'s shard in the head-tail layout (the sequence cut into
-    ``2 * world_size`` chunks; rank ``r`` holds chunk ``r``, then chunk ``2 * world_size - 1 -
-    r``). Compared with ``posenc.shard_positions``; the verdict in ``lang``."""
+def _document_shards(lengths: list[int], rank: int, world: int, **options: bool) -> Tensor:
+    return torch.cat([posenc.shard_positions(n, rank, world, **options) for n in lengths])
+
+
+def check_shard_positions(fn: Callable[[list[int], int, int], Tensor], *,
+                          lang: str = "en") -> bool:
+    """``fn(doc_lengths, rank, world_size) -> positions``: a row packs documents of the given
+    lengths (each a multiple of ``2 * world_size``); every document is cut into
+    ``2 * world_size`` chunks and rank ``r`` holds chunks ``r`` and ``2 * world_size - 1 - r``
+    of each, document after document (the per-document head-tail layout). Return the positions
+    of the tokens rank ``rank`` holds, restarting at 0 in every document. Compared with
+    ``posenc.shard_positions`` applied to each document; the verdict in ``lang``."""
     check_lang(lang)
-    for seq_len, world in _SHARDS:
+    for lengths, world in _DOC_SHARDS:
         for rank in range(world):
-            setting = f"seq_len={seq_len}, rank={rank}, world_size={world}"
-            got, error = attempt(fn, seq_len, rank, world, lang=lang)
+            setting = f"doc_lengths={lengths}, rank={rank}, world_size={world}"
+            got, error = attempt(fn, list(lengths), rank, world, lang=lang)
             if error:
                 return fail(error, setting, lang)
-            want = posenc.shard_positions(seq_len, rank, world)
+            want = _document_shards(lengths, rank, world)
             if isinstance(got, Tensor) and got.shape == want.shape and not _is_int_tensor(got):
                 return fail(say(lang, en=f"positions must be integers, got dtype {got.dtype}",
                                  zh=f"位置必须是整数，得到的 dtype 是 {got.dtype}"), setting, lang)
@@ -113,34 +140,42 @@ def check_shard_positions(fn: Callable[[int, int, int], Tensor], *, lang: str = 
                 continue
             hint = problem
             if isinstance(got, Tensor) and got.shape == want.shape:
-                g, c = got.long(), seq_len // (2 * world)
-                contiguous = posenc.shard_positions(seq_len, rank, world, load_balance=False)
-                strided = torch.cat([torch.arange(rank * c, (rank + 1) * c),
-                                     torch.arange((rank + world) * c, (rank + world + 1) * c)])
-                if torch.equal(g, contiguous):
-                    hint = say(lang, en="these are contiguous chunks (load_balance=False): the "
-                               "last rank then does most of the causal work; take chunk r and "
-                               "its mirror 2 * world_size - 1 - r",
-                               zh="这是连续切块（load_balance=False）：那样最后一个 rank 承担大部分因果计算；"
-                               "应取第 r 块和与它对称的第 2 * world_size - 1 - r 块")
-                elif torch.equal(g, strided):
-                    hint = say(lang, en="chunks r and r + world_size do not balance the work "
-                               "(both grow with r); the second chunk is the mirror "
-                               "2 * world_size - 1 - r",
-                               zh="取第 r 块和第 r + world_size 块并不能平衡计算量（两块都随 r 增大）；"
-                               "第二块应是对称的第 2 * world_size - 1 - r 块")
+                g = got.long()
+                starts = torch.tensor([0, *lengths[:-1]]).cumsum(0)
+                row = torch.cat([posenc.shard_positions(n, rank, world) + s
+                                 for n, s in zip(lengths, starts.tolist(), strict=True)])
+                ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+                packed = posenc.packed_positions(ids[None])[0]
+                whole = packed[posenc.shard_positions(sum(lengths), rank, world)]
+                if torch.equal(g, row):
+                    hint = say(lang, en="these are indices into the packed row; the positions "
+                               "restart at 0 in every document",
+                               zh="这是打包行中的下标；位置应在每篇文档处从 0 重新开始")
+                elif torch.equal(g, whole) and world > 1:
+                    hint = say(lang, en="you cut the whole row into 2 * world_size chunks; that "
+                               "balances nothing when the row holds several documents: cut "
+                               "every document",
+                               zh="你把整行切成了 2 * world_size 块；一行装着多篇文档时这样平衡不了计算量："
+                               "应切分每一篇文档")
+                elif torch.equal(g, _document_shards(lengths, rank, world,
+                                                     load_balance=False)) and world > 1:
+                    hint = say(lang, en="these are contiguous chunks of each document "
+                               "(load_balance=False): the last rank then does most of the "
+                               "causal work; take chunk r and its mirror 2 * world_size - 1 - r",
+                               zh="这是每篇文档的连续切块（load_balance=False）：那样最后一个 rank 承担大部分"
+                               "因果计算；应取第 r 块和与它对称的第 2 * world_size - 1 - r 块")
                 elif torch.equal(g.sort().values, want.sort().values):
-                    hint = say(lang, en="the right positions in the wrong order: the head chunk "
-                               "r first, then the tail chunk 2 * world_size - 1 - r, each in "
-                               "increasing order",
-                               zh="位置对了，顺序不对：先放头部的第 r 块，"
-                               "再放尾部的第 2 * world_size - 1 - r 块，每块内按递增顺序")
+                    hint = say(lang, en="the right positions in the wrong order: document "
+                               "after document, in each the head chunk r first, then the tail "
+                               "chunk 2 * world_size - 1 - r",
+                               zh="位置对了，顺序不对：按文档依次排列，每篇先放头部的第 r 块，"
+                               "再放尾部的第 2 * world_size - 1 - r 块")
             return fail(hint, setting, lang)
     return verdict(True, say(
-        lang, en="your shards equal posenc.shard_positions (torch's head-tail load balancer)\n"
-        "  for every length, rank and world size tried",
-        zh="你的切分与 posenc.shard_positions（torch 的首尾负载均衡）相同，\n"
-        "  试过的每种长度、rank 和进程数都一样"))
+        lang, en="your shards equal the per-document head-tail layout (posenc.shard_positions\n"
+        "  inside every document) for every row, rank and world size tried",
+        zh="你的切分与按文档的首尾布局（在每篇文档内做 posenc.shard_positions）相同，\n"
+        "  试过的每一行、rank 和进程数都一样"))
 
 
 # ----------------------------------------------------------------- re-rotating a cached key
@@ -152,19 +187,19 @@ def _rot(x: Tensor, positions: Tensor, base: float, *, interleaved: bool = True)
 
 
 def check_rerotate(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str = "en") -> bool:
-    """``fn(k_cached, delta, base) -> Tensor``: ``k_cached [T, d]`` holds keys already rotated
-    (interleaved pairs) to their positions ``a``; return them rotated to ``a + delta``
-    (``delta [T]`` integers, negative when a key moves down the cache). Compared with
-    ``posenc.apply_rope`` at ``a + delta``; the verdict in ``lang``."""
+    """``fn(k_cached, delta, base) -> Tensor``: ``k_cached [K, d_h]`` holds keys already
+    rotated (interleaved pairs) to their positions ``n``; return them rotated to ``n + delta``
+    (``delta [K]`` integers, negative when a key moves down the cache). Compared with
+    ``posenc.apply_rope`` at ``n + delta``; the verdict in ``lang``."""
     check_lang(lang)
     gen = torch.Generator().manual_seed(10)
     cases = [(6, 8, 10000.0), (5, 16, 10000.0), (7, 4, 100.0)]
     for T, d, base in cases:
-        a = torch.randint(20, 200, (T,), generator=gen)
+        n = torch.randint(20, 200, (T,), generator=gen)
         delta = torch.randint(-20, 21, (T,), generator=gen)
         k = torch.randn(T, d, generator=gen)
-        k_cached = _rot(k, a, base)
-        want = _rot(k, a + delta, base)
+        k_cached = _rot(k, n, base)
+        want = _rot(k, n + delta, base)
         setting = f"T={T}, d={d}, delta={delta.tolist()}, base={base:g}"
         k_in = k_cached.clone()
         got, error = attempt(fn, k_in, delta.clone(), base, lang=lang)
@@ -186,9 +221,9 @@ def check_rerotate(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str =
             slips = [
                 (k_cached, "the keys came back unrotated: turn each pair by delta * theta_i",
                  "键没有被旋转：应把每一对维度再转 delta * theta_i"),
-                (_rot(k, a - delta, base), "rotated by -delta: a key that moves from a to "
-                 "a + delta turns by +delta (a negative delta turns it backwards)",
-                 "转了 -delta：从 a 移到 a + delta 的键应转 +delta（delta 为负时向回转）"),
+                (_rot(k, n - delta, base), "rotated by -delta: a key that moves from n to "
+                 "n + delta turns by +delta (a negative delta turns it backwards)",
+                 "转了 -delta：从 n 移到 n + delta 的键应转 +delta（delta 为负时向回转）"),
             ]
             for ref, en, zh in slips:
                 if torch.allclose(g, ref.double(), atol=1e-4, rtol=1e-4):
@@ -203,10 +238,10 @@ def check_rerotate(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str =
                                "(2i, 2i + 1) 旋转的")
         return fail(hint, setting, lang)
     return verdict(True, say(
-        lang, en="your re-rotation equals rotating the original keys to a + delta:\n"
-        "  R(a) R(delta) = R(a + delta), for every size, shift and base tried",
-        zh="你的重新旋转等于把原始的键直接转到 a + delta：\n"
-        "  R(a) R(delta) = R(a + delta)，试过的每种大小、位移和基数都成立"))
+        lang, en="your re-rotation equals rotating the original keys to n + delta:\n"
+        "  R(n) R(delta) = R(n + delta), for every size, shift and base tried",
+        zh="你的重新旋转等于把原始的键直接转到 n + delta：\n"
+        "  R(n) R(delta) = R(n + delta)，试过的每种大小、位移和基数都成立"))
 
 
 # ----------------------------------------------------------------- cu_seqlens
