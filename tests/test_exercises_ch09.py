@@ -75,10 +75,13 @@ def test_stub_is_not_implemented(capsys):
 
 
 def test_text_resumes(capsys):
-    assert check_text_resumes(7)
-    assert not check_text_resumes(10)
+    assert check_text_resumes(10)
+    assert "10 = start + max(rows, columns)" in flat(capsys.readouterr().out)
+    assert not check_text_resumes(14)  # 6 + 8: every image token counted
     assert "max(h, w)" in flat(capsys.readouterr().out)
-    assert not check_text_resumes("7")
+    assert not check_text_resumes(7)  # the old exercise's answer
+    assert "from 6 to 9" in flat(capsys.readouterr().out)
+    assert not check_text_resumes("10")
 
 
 def xpos_right(q, k, scale_base):
@@ -164,8 +167,10 @@ def test_answers_in_chinese(capsys):
     assert not check_axial(swapped, lang="zh")
     out = flat(capsys.readouterr().out)
     assert "行和列对调了" in out and "swapped" not in out, out
-    assert not check_text_resumes(10, lang="zh")
+    assert not check_text_resumes(14, lang="zh")
     assert "只前进 max(h, w)" in flat(capsys.readouterr().out)
+    assert check_text_resumes(10, lang="zh")
+    assert "文本从 10 = 起点 + max(行数, 列数)" in flat(capsys.readouterr().out)
     assert check_xpos(xpos_right, lang="zh")
     assert flat(capsys.readouterr().out).startswith("✓ 你的 xPos")
     assert not check_xpos(lambda q, k, b: _xpos(q, k, b, key_power=1.0), lang="zh")
@@ -188,7 +193,7 @@ def test_a_bad_lang_raises():
     with pytest.raises(ValueError, match="lang"):
         check_axial(right, lang="ZH")
     with pytest.raises(ValueError, match="lang"):
-        check_text_resumes(7, lang="")
+        check_text_resumes(10, lang="")
     for checker, fn in ((check_xpos, xpos_right), (check_llama4_scale, scale_right),
                         (check_mla_rope, mla_right)):
         with pytest.raises(ValueError, match="lang"):

@@ -88,13 +88,14 @@ def check_axial(fn: Callable[[int, int, int], tuple[Tensor, Tensor]], *, lang: s
 
 
 def check_text_resumes(answer: object, *, lang: str = "en") -> bool:
-    """The position of the ``<vision_end>`` token after a 2 x 3 (merged) image starting at 4;
+    """The position of the ``<vision_end>`` token after a 4 x 2 (merged) image starting at 6;
     the verdict in ``lang`` (``"en"`` or ``"zh"``)."""
     check_lang(lang)
-    ids = torch.tensor([[1, 2, 3, 5] + [7] * 6 + [6, 4]])  # text, <vs>, 6 x <image>, <ve>, text
-    pos, _ = mrope_position_ids(ids, torch.tensor([[1, 4, 6]]), image_token_id=7,
+    start, rows, cols = 6, 4, 2  # 5 text tokens and <vs> at 0 ... 5; 8 x 4 patches merged
+    ids = torch.tensor([[1, 2, 3, 4, 8, 5] + [7] * (rows * cols) + [6, 9]])  # ..., <ve>, text
+    pos, _ = mrope_position_ids(ids, torch.tensor([[1, 2 * rows, 2 * cols]]), image_token_id=7,
                                 vision_start_token_id=5)
-    want = int(pos[0, 0, 10])
+    want = int(pos[0, 0, start + rows * cols])  # the <vision_end> token
     if isinstance(answer, bool) or not isinstance(answer, int):
         kind = type(answer).__name__
         return verdict(False, say(lang, en=f"answer with an int position, got {kind}",
@@ -102,13 +103,13 @@ def check_text_resumes(answer: object, *, lang: str = "en") -> bool:
     if answer == want:
         return verdict(True, say(lang, en=f"text resumes at {want} = start + max(rows, columns)",
                                  zh=f"文本从 {want} = 起点 + max(行数, 列数) 处继续"))
-    if answer == 4 + 6:
+    if answer == start + rows * cols:
         return verdict(False, say(lang, en="that counts every image token; M-RoPE advances by max(h, w) only",
                                   zh="这把每个图像词元都算进去了；M-RoPE 只前进 max(h, w)"))
     last = want - 1
-    return verdict(False, say(lang, en=f"{answer} is off; the image's ids run from 4 to {last} "
-                                       "on the widest axis",
-                              zh=f"{answer} 不对；在最宽的轴上，图像的 id 从 4 到 {last}"))
+    return verdict(False, say(lang, en=f"{answer} is off; the image's ids run from {start} to "
+                                       f"{last} on the widest axis",
+                              zh=f"{answer} 不对；在最宽的轴上，图像的 id 从 {start} 到 {last}"))
 
 
 def _pair_or_hint(out: object, lang: str) -> str | None:
