@@ -274,7 +274,7 @@ def check_cu_seqlens(fn: Callable[[Tensor], tuple[Tensor, int]], *, lang: str = 
         got, got_max = out
         if isinstance(got, Tensor) and got.shape == want.shape and not _is_int_tensor(got):
             return fail(say(lang, en=f"offsets must be integers, got dtype {got.dtype}",
-                            zh=f"偏移量必须是整数，得到的 dtype 是 {got.dtype}"), setting, lang)
+                            zh=f"累计偏移量必须是整数，得到的 dtype 是 {got.dtype}"), setting, lang)
         problem = compare(got.float() if _is_int_tensor(got) else got, want.float(),
                           what=say(lang, en="cu_seqlens", zh="cu_seqlens"), lang=lang)
         if problem is not None:
@@ -282,7 +282,7 @@ def check_cu_seqlens(fn: Callable[[Tensor], tuple[Tensor, int]], *, lang: str = 
         if got.dtype != torch.int32:
             return fail(say(lang, en=f"the offsets are right, but FlashAttention's varlen "
                             f"kernels take them as int32, got {got.dtype}",
-                            zh=f"偏移量是对的，但 FlashAttention 的变长核函数要求 int32，"
+                            zh=f"累计偏移量是对的，但 FlashAttention 的变长核函数要求 int32，"
                             f"得到的是 {got.dtype}"), setting, lang)
         if isinstance(got_max, Tensor) or not isinstance(got_max, int) or got_max != want_max:
             shown = f"{type(got_max).__name__} {got_max!r}"
@@ -293,7 +293,7 @@ def check_cu_seqlens(fn: Callable[[Tensor], tuple[Tensor, int]], *, lang: str = 
     return verdict(True, say(
         lang, en="your offsets equal posenc.cu_seqlens (and transformers'\n"
         "  prepare_fa_kwargs_from_position_ids) for every packed batch tried",
-        zh="你的偏移量与 posenc.cu_seqlens（以及 transformers 的\n"
+        zh="你的累计偏移量与 posenc.cu_seqlens（以及 transformers 的\n"
         "  prepare_fa_kwargs_from_position_ids）相同，试过的每个打包批次都一样"))
 
 
@@ -305,7 +305,7 @@ def _cu_hint(got: object, ids: Tensor, want: Tensor, lang: str) -> str | None:
     if torch.equal(g, lengths):
         return say(lang, en="these are the documents' lengths; cu_seqlens are their running "
                    "sum, starting with 0 (N + 1 offsets)",
-                   zh="这是各文档的长度；cu_seqlens 是它们的累加和，并以 0 开头（共 N + 1 个偏移量）")
+                   zh="这是各文档的长度；cu_seqlens 是它们的累加和，并以 0 开头（共 N + 1 个累计偏移量）")
     if torch.equal(g, want.long()[1:]):
         return say(lang, en="the leading 0 is missing: cu_seqlens has N + 1 entries, "
                    "document i spans cu_seqlens[i] to cu_seqlens[i + 1]",
