@@ -6,11 +6,13 @@ value and what is allowed; the right calls next to them compute the right answer
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+import posenc
 import posenc.schemes as schemes
-from posenc import KVCache, LayerCaches, MultiHeadAttention, attend, make_scheme
+from posenc import ALiBi, KVCache, LayerCaches, MultiHeadAttention, RoPE, T5Bias, attend, make_scheme
 
 close = torch.testing.assert_close
 Q = torch.randn(2, 4, 6, 8)  # [B, H, L, Dh]
@@ -223,3 +225,193 @@ def lab_model_blocks_swapped():
     tokens = torch.zeros(1, 2, dtype=LONG)
     model(tokens, caches=caches)
     model(tokens, caches=[caches[1], caches[0]])
+
+
+# ---------------------------------------------------------------- the API review (issue 22, round 2)
+X5 = torch.randn(2, 5, 32)  # [B, L, D] for a MultiHeadAttention(32, 4)
+
+
+def flex_heads(scheme):
+    with torch.no_grad():  # flex on CPU only without a gradient
+        return attend(Q, KV, KV, scheme, backend="flex")
+
+
+def set_package_budget():
+    posenc.MASK_CACHE_BYTES = 0
+
+
+REVIEW_CASES = [
+    # a scheme with num_heads must match q's heads on every backend (a 1-head bias was broadcast,
+    # flex read past the slopes or used the first 4 of 8)
+    ("heads", lambda: attend(Q, KV, KV, ALiBi(1)), ValueError, "scheme 'alibi' has a bias for 1 heads but q has 4 heads"),
+    ("heads", lambda: attend(Q, KV, KV, T5Bias(1)), ValueError, "scheme 't5' has a bias for 1 heads but q has 4 heads"),
+    ("heads", lambda: attend(Q, KV, KV, ALiBi(1), backend="math"), ValueError, "scheme 'alibi' has a bias for 1 heads but q has 4 heads"),
+    ("heads", lambda: flex_heads(ALiBi(8)), ValueError, "scheme 'alibi' has a bias for 8 heads but q has 4 heads"),
+    ("heads", lambda: flex_heads(ALiBi(2)), ValueError, "scheme 'alibi' has a bias for 2 heads but q has 4 heads"),
+    ("heads", lambda: flex_heads(ALiBi(1)), ValueError, "scheme 'alibi' has a bias for 1 heads but q has 4 heads"),
+    ("heads", lambda: flex_heads(T5Bias(8)), ValueError, "scheme 't5' has a bias for 8 heads but q has 4 heads"),
+    # key_positions alone cannot place the queries
+    ("key_positions", lambda: attend(Q[:, :, :2], KV, KV, ALIBI, key_positions=torch.arange(6)), ValueError, "positions is required when key_positions is given"),
+    # document ids: one contiguous run per document, positions given or not
+    ("document_ids", lambda: attend(Q[:, :, :4], KV[:, :, :4], KV[:, :, :4], positions=torch.arange(4), document_ids=torch.tensor([0, 1, 1, 0])), ValueError, "document_ids must hold each document as one contiguous run"),
+    ("document_ids", lambda: attend(Q[:, :, :4], KV[:, :, :4], KV[:, :, :4], positions=torch.arange(4), document_ids=torch.tensor([[0, 0, 1, 1], [5, 6, 5, 6]])), ValueError, "in row 1 [5, 6, 5, 6], 2 id(s) come back after another id"),
+    # a class where an instance belongs
+    ("class", lambda: attend(Q, KV, KV, RoPE), TypeError, "got the class RoPE; pass an instance, e.g. RoPE(head_dim)"),
+    ("class", lambda: attend(Q, KV, KV, ALiBi), TypeError, "got the class ALiBi; pass an instance, e.g. ALiBi(num_heads)"),
+    ("class", lambda: MultiHeadAttention(8, 2, scheme=RoPE), TypeError, "got the class RoPE; pass an instance, e.g. RoPE(head_dim)"),
+    ("class", lambda: make_scheme(RoPE), TypeError, "got the class RoPE; pass an instance, e.g. RoPE(head_dim) (or a name: 'sinusoidal'"),
+    # a window past int64 (the masks compare int64 positions)
+    ("window", lambda: attend(Q, KV, KV, window=2**70), ValueError, "window must be an int <= 2**63 - 1 (the masks compare int64 positions; any window longer than the sequence means no window: pass None), got 1180591620717411303424"),
+    ("window", lambda: MultiHeadAttention(32, 4, window=2**63), ValueError, "window must be an int <= 2**63 - 1"),
+    # the mask-cache budget is read on posenc.schemes only; the package refuses the name
+    ("MASK_CACHE_BYTES", set_package_budget, ValueError, "posenc.MASK_CACHE_BYTES is not read by anything: the setting is posenc.schemes.MASK_CACHE_BYTES; set it there (posenc.schemes.MASK_CACHE_BYTES = 0)"),
+    # v's head size may differ, but not its batch, heads or length; k's head size must be q's
+    ("v", lambda: attend(Q, KV, KV[:, :, :5, :4]), ValueError, "q, k, v must agree in batch and head_dim (k and v in all but v's head size"),
+    ("v", lambda: attend(Q, KV[..., :4], KV[..., :4]), ValueError, "q, k, v must agree in batch and head_dim"),
+    ("v", lambda: attend(Q[:, :, :1], KV[:, :, :1], KV[:, :, :1, :4], ROPE, cache=filled()), ValueError, "new v (2, 2, 1, 4) does not match the cached values (2, 2, 6, 8)"),
+    ("v", lambda: KVCache().update(KV, KV[:, :1]), ValueError, "k and v must have the same shape, dtype and device (v's head size may differ from k's)"),
+    ("LayerCaches", lambda: LayerCaches(2)[1.0], TypeError, "LayerCaches index must be an int (a layer), got float"),
+    ("LayerCaches", lambda: LayerCaches(2)[True], TypeError, "LayerCaches index must be an int (a layer), got True (bool)"),
+    ("LayerCaches", lambda: LayerCaches(2)[np.int64(2)], IndexError, "LayerCaches holds 2 layers (one cache each), got index 2"),
+]
+
+
+@pytest.mark.parametrize("name, call, exc, text", REVIEW_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(REVIEW_CASES)])
+def test_review_wrong_call_raises_naming_the_argument(name, call, exc, text):
+    with pytest.raises(exc) as info:
+        call()
+    assert text in str(info.value)
+
+
+def test_the_package_holds_no_copy_of_the_budget():
+    with pytest.raises(AttributeError):  # also an AttributeError, as for any unsettable name
+        posenc.MASK_CACHE_BYTES = 0
+    assert not hasattr(posenc, "MASK_CACHE_BYTES")
+    posenc.some_user_name = 1  # other names are set as usual
+    del posenc.some_user_name
+
+
+def test_layer_caches_take_any_integer_index():
+    caches = LayerCaches(3)
+    for i in (np.int64(1), np.int32(1), torch.tensor(1), -2):
+        assert caches[i] is caches.layers[1]
+
+
+# ---- a refused call leaves the cache exactly as it was; the right retry gives the right answer
+
+
+def snapshot(cache: KVCache) -> tuple:
+    tensors = (cache.k, cache.v, cache.positions, cache.document_ids, cache.filled)
+    return (len(cache), cache.seen, cache.evicted, cache.owner) + tuple(
+        None if t is None else t.clone() for t in tensors
+    )
+
+
+def assert_same(a: tuple, b: tuple) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and torch.equal(x, y)
+        else:
+            assert x == y
+
+
+def held(n: int, scheme=ROPE, **kwargs) -> KVCache:
+    """A cache that has seen ``n`` tokens of Q/KV with ``scheme``."""
+    cache = KVCache(**kwargs)
+    attend(Q[:, :, :n], KV[:, :, :n], KV[:, :, :n], scheme, cache=cache)
+    return cache
+
+
+def token(t: int, scheme=ROPE, **kwargs) -> torch.Tensor:
+    return attend(Q[:, :, t : t + 1], KV[:, :, t : t + 1], KV[:, :, t : t + 1], scheme, **kwargs)
+
+
+ONES = torch.ones(2, 9, dtype=LONG)
+REFUSED = {  # name: (cache, wrong kwargs, right kwargs, scheme of the step)
+    "D10 mask shorter than cached plus new": (lambda: held(4), {"attention_mask": ONES[:, :4]}, {"attention_mask": ONES[:, :5]}, ROPE),
+    "D11 static, mask shorter than held plus new": (lambda: held(4, max_len=8), {"attention_mask": ONES[:, :4]}, {"attention_mask": ONES[:, :5]}, ROPE),
+    "D12 static, mask longer than max_len": (lambda: held(4, max_len=8), {"attention_mask": ONES[:, :9]}, {"attention_mask": ONES[:, :8]}, ROPE),
+    "D13 scheme heads": (lambda: held(4, ALIBI), {}, {}, ALIBI),
+    "static, scheme heads": (lambda: held(4, ALIBI, max_len=8), {}, {}, ALIBI),
+    "document comes back": (lambda: held_docs(), {"document_ids": torch.tensor([0]), "positions": torch.tensor([2])}, {"document_ids": torch.tensor([1]), "positions": torch.tensor([2])}, ALIBI),
+    "key_positions without positions": (lambda: held(4), {"key_positions": torch.tensor([4])}, {}, ROPE),
+}
+
+
+def held_docs() -> KVCache:
+    cache = KVCache()
+    attend(Q[:, :, :4], KV[:, :, :4], KV[:, :, :4], ALIBI, cache=cache, document_ids=torch.tensor([0, 0, 1, 1]))
+    return cache
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+@torch.no_grad()
+def test_a_refused_call_leaves_the_cache_as_it_was(case):
+    make, wrong, right, sch = REFUSED[case]
+    cache = make()
+    before = snapshot(cache)
+    wrong_scheme = ALiBi(8) if "heads" in case else sch
+    with pytest.raises(ValueError):
+        token(4, wrong_scheme, cache=cache, **wrong)
+    assert_same(snapshot(cache), before)
+    got = token(4, sch, cache=cache, **right)
+    assert len(cache) == 5
+    if "document" in case:  # the full pass over documents [0, 0, 1, 1, 1]
+        want = attend(Q[:, :, :5], KV[:, :, :5], KV[:, :, :5], sch, document_ids=torch.tensor([0, 0, 1, 1, 1]))
+    else:
+        want = attend(Q[:, :, :5], KV[:, :, :5], KV[:, :, :5], sch)
+    close(got, want[:, :, 4:], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_a_refused_layer_call_leaves_its_cache_unclaimed_and_unchanged():
+    """K13: MultiHeadAttention with a mask that misses the new token, then the right mask: the
+    token is attended once, as in one full pass. A refused first call claims nothing."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(32, 4, scheme="rope").eval()
+    full = layer(X5)
+    cache = KVCache()
+    with pytest.raises(ValueError, match=r"attention_mask must have shape \[2, 3\]"):
+        layer(X5[:, :3], cache=cache, attention_mask=ONES[:, :2])
+    assert cache.owner is None and len(cache) == 0 and cache.k is None
+    layer(X5[:, :3], cache=cache)
+    before = snapshot(cache)
+    with pytest.raises(ValueError, match=r"attention_mask must have shape \[2, 4\] \(cached plus new keys\), got \(2, 3\)"):
+        layer(X5[:, 3:4], cache=cache, attention_mask=ONES[:, :3])
+    assert_same(snapshot(cache), before)
+    step4 = layer(X5[:, 3:4], cache=cache, attention_mask=ONES[:, :4])
+    step5 = layer(X5[:, 4:5], cache=cache)
+    close(torch.cat([step4, step5], 1), full[:, 3:], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_a_static_cache_refuses_a_first_call_too_long_without_allocating():
+    cache = KVCache(max_len=4)
+    with pytest.raises(ValueError, match=r"KVCache\(max_len=4\) holds 0 tokens and cannot take 6 more"):
+        attend(Q, KV, KV, ROPE, cache=cache)
+    assert cache.k is None and cache.filled is None and len(cache) == 0
+    attend(Q[:1, :, :2], KV[:1, :, :2], KV[:1, :, :2], ROPE, cache=cache)  # another batch: fine
+    assert len(cache) == 2
+
+
+@torch.no_grad()
+def test_documents_are_checked_over_the_cached_tokens():
+    """A document id that came before another document in the cache cannot come back."""
+    cache = held_docs()
+    with pytest.raises(ValueError, match=r"in row 0 \(the cached plus new tokens\) \[0, 0, 1, 1, 0\]"):
+        token(4, ALIBI, cache=cache, document_ids=torch.tensor([0]), positions=torch.tensor([2]))
+    token(4, ALIBI, cache=cache, document_ids=torch.tensor([2]), positions=torch.tensor([0]))  # a new one
+    assert len(cache) == 5
+
+
+@pytest.mark.parametrize("backend", ("sdpa", "math", "flex"))
+@torch.no_grad()
+def test_the_largest_window_is_no_window(backend):
+    """window = 2**63 - 1 is allowed and means no window, causal or not (n < m + W would
+    overflow int64; the mask tests n - W < m)."""
+    for causal in (True, False):
+        want = attend(Q, KV, KV, ALIBI, causal=causal, backend=backend,
+                      attention_mask=ONES[:, :6])  # the rule's path, as a window takes
+        got = attend(Q, KV, KV, ALIBI, causal=causal, backend=backend, window=2**63 - 1)
+        close(got, want, atol=1e-5, rtol=1e-5)
