@@ -186,7 +186,8 @@ EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = 
 
 def _notebooks() -> list[Path]:
     return sorted(p for p in [*ROOT.glob("book/*.ipynb"), *ROOT.glob("book/zh/*.ipynb")]
-                  if "explore.explorable(" in p.read_text(encoding="utf-8"))
+                  if any(call in p.read_text(encoding="utf-8")
+                         for call in ("explore.explorable(", "explore.heatmap(")))
 
 
 def _page(notebook: Path) -> Path:
@@ -211,7 +212,7 @@ def _stale(pages: dict[Path, Path]) -> list[str]:
 @pytest.fixture(scope="module")
 def site() -> Path:
     pages = {nb: _page(nb) for nb in _notebooks()}
-    assert pages, "no notebook holds an explorable (explore.explorable(...))"
+    assert pages, "no notebook holds an explorable (explore.explorable/heatmap(...))"
     stale = _stale(pages)
     if stale and BUILD:
         subprocess.run(["bash", "scripts/build_site.sh"], cwd=ROOT, check=True)
