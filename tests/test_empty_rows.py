@@ -176,3 +176,92 @@ def test_the_fast_path_has_no_empty_row():
     q, k, v = qkv(H_kv=4)
     out = on_every_backend(lambda b: attend(q, k, v, scheme("alibi"), backend=b))
     assert (out.abs().sum(-1) > 0).all()
+
+
+# ---- v's head size may differ from q's and k's (multi-head latent attention, DeepSeek-V3:
+# 192 for q and k, 128 for v), as torch's SDPA allows: every backend, every layout, against a
+# written-out softmax
+
+
+def _naive(q, k, v, allowed, bias=None):
+    """``softmax(q k^T / sqrt(d) + bias)`` over the allowed keys, times ``v``; rows that see no
+    key are zeros. ``allowed [B, Lq, Lk]``."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5  # [B, H, Lq, Lk]
+    if bias is not None:
+        s = s + bias
+    s = s.masked_fill(~allowed[:, None], float("-inf"))
+    return s.softmax(-1).nan_to_num(0.0) @ v  # [B, H, Lq, Dv]
+
+
+def _reference(name, sch, q, k, v, q_pos, k_pos, allowed):
+    """The naive answer with the scheme's positions: ``q_pos [B, Lq]``, ``k_pos [B, Lk]``."""
+    bias = None
+    if name == "rope":
+        q, k = sch.rotate(q, k, q_pos, k_pos)
+    elif name == "alibi":
+        slopes = posenc.alibi_slopes(q.shape[1])  # [H]
+        bias = -slopes[None, :, None, None] * (q_pos[:, None, :, None] - k_pos[:, None, None, :])
+    elif name == "t5":
+        bias = sch.position_bias(q_pos, k_pos)  # [B, H, Lq, Lk]
+    return _naive(q, k, v, allowed, bias)
+
+
+def _dv_qkv(L=9, Dv=4):
+    q, k, _ = qkv(Lq=L)  # D = 8
+    v = torch.randn(2, 2, L, Dv, generator=torch.Generator().manual_seed(1))
+    return q, k, v
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+@torch.no_grad()
+def test_v_head_size_may_differ_on_every_backend(name):
+    sch, (q, k, v) = scheme(name), _dv_qkv()
+    B, L = 2, 9
+    pos = torch.arange(L).expand(B, L)
+    tril = torch.ones(L, L, dtype=torch.bool).tril().expand(B, L, L)
+    # plain (the fast path)
+    out = on_every_backend(lambda b: attend(q, k, v, sch, backend=b))
+    assert out.shape == (2, 4, L, 4)
+    close(out, _reference(name, sch, q, k, v, pos, pos, tril), atol=1e-5, rtol=1e-5)
+    # left padding and a window of 3 (the rule's path)
+    mask = torch.ones(B, L, dtype=torch.long)
+    mask[1, :3] = 0
+    p = posenc.positions_from_mask(mask)
+    out = on_every_backend(lambda b: attend(q, k, v, sch, positions=p, attention_mask=mask, window=3,
+                                            backend=b))
+    allowed = tril & mask.bool()[:, None, :] & (p[:, :, None] - 3 < p[:, None, :])
+    close(out, _reference(name, sch, q, k, v, p, p, allowed), atol=1e-5, rtol=1e-5)
+    # packed documents
+    docs = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2], [0] * 9])
+    p = posenc.packed_positions(docs)
+    out = on_every_backend(lambda b: attend(q, k, v, sch, document_ids=docs, backend=b))
+    allowed = tril & (docs[:, :, None] == docs[:, None, :])
+    close(out, _reference(name, sch, q, k, v, p, p, allowed), atol=1e-5, rtol=1e-5)
+    # keys of their own, some rows empty
+    kp = torch.arange(3, 3 + L)
+    out = on_every_backend(lambda b: attend(q, k, v, sch, positions=torch.arange(L), key_positions=kp,
+                                            backend=b))
+    allowed = (kp[None, :] <= torch.arange(L)[:, None]).expand(B, L, L)
+    close(out, _reference(name, sch, q, k, v, pos, kp.expand(B, L), allowed), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("max_len", (None, 12))
+@pytest.mark.parametrize("name", SCHEMES)
+@torch.no_grad()
+def test_v_head_size_may_differ_in_a_cache(name, max_len):
+    """A prefill of 5 and 4 single steps, growing or static cache: the rows of one pass."""
+    sch, (q, k, v) = scheme(name), _dv_qkv()
+    pos = torch.arange(9).expand(2, 9)
+    want = _reference(name, sch, q, k, v, pos, pos, torch.ones(9, 9, dtype=torch.bool).tril().expand(2, 9, 9))
+
+    def decode(b):
+        cache = KVCache(max_len=max_len)
+        outs = [attend(q[:, :, :5], k[:, :, :5], v[:, :, :5], sch, cache=cache, backend=b)]
+        outs += [attend(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], sch, cache=cache,
+                        backend=b) for t in range(5, 9)]
+        assert cache.v.shape[-1] == 4 and len(cache) == 9
+        return torch.cat(outs, -2)
+
+    close(on_every_backend(decode), want, atol=1e-5, rtol=1e-5)
