@@ -39,8 +39,8 @@ _STEPS = [  # (attention_mask over the cached and the new tokens, number of new 
 
 def check_positions_from_mask(fn: Callable[[Tensor, int], Tensor], *,
                               lang: str = "en") -> bool:
-    """``fn(attention_mask, new) -> positions``: ``attention_mask [B, P + new]`` covers the
-    ``P`` tokens already in the cache and the ``new`` tokens of this step, 1 (or True) on real
+    """``fn(attention_mask, new) -> positions``: ``attention_mask [B, C + new]`` covers the
+    ``C`` tokens already in the cache and the ``new`` tokens of this step, 1 (or True) on real
     tokens and 0 on left padding; return the positions ``[B, new]`` of the new tokens: each real
     token its index among the real tokens of its row, a padded slot 0 (as the ``generate`` of
     transformers 5). Compared with ``posenc.positions_from_mask(attention_mask)[:, -new:]``;
