@@ -321,6 +321,12 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = True)
     (partial rotary, as GPT-NeoX and Phi). The math is float32 (float64 for float64 ``x``); the
     result has ``x``'s dtype and shape. Differentiable; when only ``x`` needs a gradient the
     backward is the same rotation by minus the angle (no activations saved).
+
+    A rotation turns both channels of a pair by one angle, so ``cos``/``sin`` are expected to
+    repeat each pair's value (channels ``2i, 2i + 1`` interleaved, ``i, i + rotary_dim / 2``
+    half), as ``rope_cos_sin``, xPos's scaled tables and transformers' tables do. The fast paths
+    read one value per pair (the first channel of it); tables that need a gradient take the
+    textbook form ``x * cos + turn(x) * sin`` channel by channel instead.
     """
     _check_bool("interleaved", interleaved)
     _check_rope_args(x, cos, sin)
