@@ -1,5 +1,5 @@
 """posenc.lab.pi_bound: the score a(s) is RoPE's, the interpolation bound holds for any h, and
-the ridge fit behaves as chapter 7 says."""
+the ridge fit behaves as chapter 8 says."""
 
 import pytest
 import torch
