@@ -53,7 +53,8 @@ def test_static_traces_stay_and_are_not_restyled() -> None:
 def test_plotly_accepts_the_figure() -> None:
     go = pytest.importorskip("plotly.graph_objects")
     for control in ("slider", "menu"):
-        ex = _make(control=control, xlog=True, xrange=(1, 4), yrange=(0, 8))
+        ex = _make(control=control, x=torch.arange(1, 6), xlog=True, xrange=(1, 4),
+                   yrange=(0, 8))
         go.Figure(data=ex.figure["data"], layout=ex.figure["layout"])  # raises on a bad key
 
 
@@ -92,7 +93,7 @@ def test_power_label(value: float, label: str) -> None:
 @pytest.mark.parametrize(("change", "message"), [
     ({"names": ["a"]}, "has 2 traces"),
     ({"control": "knob"}, "control must be"),
-    ({"active": 3}, "active must index"),
+    ({"active": 3}, "active must be in 0..2"),
     ({"x": None}, "give x="),
 ])
 def test_bad_input(change: dict, message: str) -> None:

@@ -59,7 +59,7 @@ def test_plotly_accepts_the_heatmap() -> None:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"active": 4}, "active must index"),
+    ({"active": 4}, "active must be in 0..3"),
     ({"x": torch.arange(L + 1)}, "z must be"),
 ])
 def test_bad_input(change: dict, message: str) -> None:

@@ -39,6 +39,7 @@ import html
 import importlib
 import json
 import math
+import numbers
 import os
 import re
 import shutil
@@ -75,6 +76,40 @@ class Frame:
     traces: Sequence[Mapping[str, Any]]
     title: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str):
+            raise TypeError(f"Frame label must be a str (the control's tick), got "
+                            f"{self.label!r}")
+        self.value = _frame_value(self.value, self.label)
+        if self.title is not None and not isinstance(self.title, str):
+            raise TypeError(f"Frame {self.label!r}: title must be a str or None, got "
+                            f"{self.title!r}")
+        if isinstance(self.traces, (str, bytes, Mapping)) or not isinstance(self.traces,
+                                                                            Sequence):
+            raise TypeError(f"Frame {self.label!r}: traces must be a list of dicts (one per "
+                            f"trace, e.g. [{{'y': ...}}]), got a {type(self.traces).__name__}")
+        for i, trace in enumerate(self.traces):
+            if not isinstance(trace, Mapping):
+                raise TypeError(f"Frame {self.label!r}: traces[{i}] must be a dict such as "
+                                f"{{'y': ...}}, got a {type(trace).__name__}")
+
+
+def _frame_value(value: Any, label: str) -> float | int | str:
+    """A frame's control value as a JSON-safe Python value: a str, an int or a finite float
+    (numpy scalars become Python numbers; a tensor must be turned into one with ``.item()``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        hint = ": pass .item()" if hasattr(value, "detach") else ""
+        raise TypeError(f"Frame {label!r}: value must be a number or a str, got "
+                        f"{_short(value)} (a {type(value).__name__}){hint}")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if not math.isfinite(float(value)):
+        raise ValueError(f"Frame {label!r}: value must be finite (the page's JSON cannot hold "
+                         f"it), got {value!r}")
+    return float(value)
+
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -82,8 +117,11 @@ _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 def power_label(value: float) -> str:
     """A short control label for a power of ten or a multiple of one: ``1e4`` -> ``10⁴``,
     ``5e5`` -> ``5·10⁵`` (short enough for six labels on a 390 px phone)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"power_label needs a number, got {value!r}")
+    value = float(value)
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"power_label needs a positive number, got {value!r}")
+        raise ValueError(f"power_label needs a positive finite number, got {value!r}")
     exponent = math.floor(math.log10(value) + 1e-9)
     mantissa = value / 10**exponent
     if not math.isclose(mantissa, round(mantissa), rel_tol=1e-9):
@@ -92,19 +130,141 @@ def power_label(value: float) -> str:
     return power if round(mantissa) == 1 else f"{round(mantissa)}·{power}"
 
 
-def _floats(values: Any, digits: int) -> list[float]:
-    """A tensor, an array or a sequence as a list of floats rounded to ``digits`` significant
-    digits (JSON stays small; the frames are checked against posenc to that precision)."""
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().double().tolist()
-    elif hasattr(values, "tolist"):
-        values = values.tolist()
+def _plain(values: Any, what: str, ndim: int) -> Any:
+    """A tensor or an array as nested lists, checked: real, on a device with data, ``ndim``-D.
+    Other sequences are returned as they are (their items are checked by the caller)."""
+    shape = "1-D" if ndim == 1 else "2-D [len(y), len(x)]"
+    if hasattr(values, "detach"):  # a torch tensor, on any device, of any dtype
+        if values.is_complex():
+            raise TypeError(f"{what} must be real, got a complex tensor ({values.dtype})")
+        if values.device.type == "meta":
+            raise ValueError(f"{what} is a tensor on the meta device (no data to plot)")
+        if values.dim() != ndim:
+            raise ValueError(f"{what} must be {shape}, got a {values.dim()}-D tensor of shape "
+                             f"{list(values.shape)}")
+        return values.detach().cpu().double().tolist()
+    if hasattr(values, "tolist") and hasattr(values, "ndim"):  # a numpy array
+        if "complex" in str(getattr(values, "dtype", "")):
+            raise TypeError(f"{what} must be real, got a complex array ({values.dtype})")
+        if values.ndim != ndim:
+            raise ValueError(f"{what} must be {shape}, got a {values.ndim}-D array of shape "
+                             f"{list(values.shape)}")
+        return values.tolist()
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise TypeError(f"{what} must be a list, a tensor or an array of numbers, got a "
+                        f"{type(values).__name__}: {_short(values)}")
+    return values
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _number(v: Any, what: str) -> float:
+    if isinstance(v, numbers.Real):
+        return float(v)
+    if isinstance(v, numbers.Complex):
+        raise TypeError(f"{what} must be real, got {v!r}")
+    raise TypeError(f"{what} must hold numbers, got {_short(v)} (a {type(v).__name__})")
+
+
+def _floats(values: Any, digits: int, what: str = "data") -> list[float]:
+    """A 1-D tensor, array or sequence as a list of finite floats rounded to ``digits``
+    significant digits (JSON stays small; the frames are checked against posenc to that
+    precision). ``what`` names the argument in an error."""
+    values = _plain(values, what, 1)
     out = []
-    for v in values:
-        v = float(v)
+    for i, v in enumerate(values):
+        v = _number(v, f"{what}[{i}]")
         if not math.isfinite(v):
-            raise ValueError(f"explorable data must be finite, got {v!r}")
+            raise ValueError(f"{what} must be finite, got {v!r} at index {i}")
         out.append(float(f"{v:.{digits}g}"))
+    if not out:
+        raise ValueError(f"{what} is empty: give at least one value")
+    return out
+
+
+def _text(value: Any, argument: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a str, got {_short(value)}")
+    return value
+
+
+def _flag(value: Any, argument: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{argument} must be True or False, got {value!r}")
+    return value
+
+
+def _integer(value: Any, argument: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{argument} must be an int, got {value!r}")
+    number = int(value)
+    if not low <= number <= high:
+        raise ValueError(f"{argument} must be in {low}..{high}, got {number}")
+    return number
+
+
+def _range(value: Any, argument: str, log: bool = False,
+           increasing: bool = False) -> list[float] | None:
+    """An axis or colour range: two finite numbers (both > 0 on a log axis)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) \
+            or len(value) != 2:
+        raise ValueError(f"{argument} must be two numbers (low, high), got {_short(value)}")
+    lo, hi = (_number(v, argument) for v in value)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
+        raise ValueError(f"{argument} must be two different finite numbers, got "
+                         f"{_short(value)}")
+    if increasing and lo > hi:
+        raise ValueError(f"{argument} must be (low, high) with low < high, got "
+                         f"{_short(value)}")
+    if log and min(lo, hi) <= 0:
+        raise ValueError(f"{argument} is on a log axis: both ends must be > 0, got "
+                         f"{_short(value)}")
+    return [lo, hi]
+
+
+def _check_frames(frames: Any, function: str) -> list[Frame]:
+    """``frames``: a non-empty list of :class:`Frame`, with distinct labels and values."""
+    if isinstance(frames, (str, bytes, Mapping, Frame)) or not isinstance(frames, Sequence):
+        raise TypeError(f"{function}: frames must be a list of explore.Frame, got a "
+                        f"{type(frames).__name__}")
+    if not frames:
+        raise ValueError(f"{function}: frames is empty; give at least one explore.Frame")
+    for i, frame in enumerate(frames):
+        if not isinstance(frame, Frame):
+            raise TypeError(f"{function}: frames[{i}] must be an explore.Frame, got a "
+                            f"{type(frame).__name__}")
+    for attribute in ("label", "value"):
+        seen: dict[Any, int] = {}
+        for i, frame in enumerate(frames):
+            key = getattr(frame, attribute)
+            if key in seen:
+                raise ValueError(f"{function}: frames[{seen[key]}] and frames[{i}] have the "
+                                 f"same {attribute} {key!r}; a {attribute} can appear only once "
+                                 f"(not twice) on the control")
+            seen[key] = i
+    return list(frames)
+
+
+def _check_static(static: Any) -> list[dict[str, Any]]:
+    if isinstance(static, (str, bytes, Mapping)) or not isinstance(static, Sequence):
+        raise TypeError(f"static must be a list of Plotly trace dicts, got a "
+                        f"{type(static).__name__}")
+    out = []
+    for i, trace in enumerate(static):
+        if not isinstance(trace, Mapping):
+            raise TypeError(f"static[{i}] must be a Plotly trace dict, got a "
+                            f"{type(trace).__name__}")
+        try:
+            json.dumps(trace, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"static[{i}] must hold plain lists of finite numbers and str "
+                            f"(a tensor or an array: pass .tolist()): {err}") from None
+        out.append(dict(trace))
     return out
 
 
@@ -172,6 +332,13 @@ class Explorable:
         }
 
 
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise TypeError(f"name must be a non-empty str (the figure's id in the page), got "
+                        f"{name!r}")
+    return name
+
+
 def _axis(title: str, log: bool, range_: Sequence[float] | None) -> dict[str, Any]:
     axis: dict[str, Any] = {
         "title": {"text": title, "font": {"size": FONT}},
@@ -228,12 +395,28 @@ def explorable(
         static: traces that do not change (a reference curve), as Plotly trace dicts.
         digits: significant digits kept in the JSON.
     """
-    if not frames:
-        raise ValueError("explorable needs at least one frame")
+    frames = _check_frames(frames, "explorable")
+    name = _check_name(name)
+    xlabel, ylabel = _text(xlabel, "xlabel"), _text(ylabel, "ylabel")
+    control_label, label = _text(control_label, "control_label"), _text(label, "label")
+    xlog, ylog = _flag(xlog, "xlog"), _flag(ylog, "ylog")
     if control not in ("slider", "menu"):
         raise ValueError(f"control must be 'slider' or 'menu', got {control!r}")
-    if not 0 <= active < len(frames):
-        raise ValueError(f"active must index the {len(frames)} frames, got {active}")
+    active = _integer(active, "active", 0, len(frames) - 1)
+    digits = _integer(digits, "digits", 1, 17)
+    height = _integer(height, "height", 150, 2000)
+    xrange_, yrange_ = _range(xrange, "xrange", xlog), _range(yrange, "yrange", ylog)
+    static_ = _check_static(static)
+    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+        raise TypeError(f"names must be a list of str (one legend entry per trace), got "
+                        f"{_short(names)}")
+    names = [_text(n, f"names[{i}]") for i, n in enumerate(names)]
+    if not names:
+        raise ValueError("names is empty: an explorable draws at least one changing trace")
+    for i, trace_name in enumerate(names):
+        if trace_name in names[:i]:
+            raise ValueError(f"names holds {trace_name!r} twice; each trace needs its own "
+                             "legend entry")
     for frame in frames:
         if len(frame.traces) != len(names):
             raise ValueError(f"frame {frame.label!r} has {len(frame.traces)} traces, names has "
@@ -242,18 +425,44 @@ def explorable(
     changing = sorted({key for frame in frames for trace in frame.traces for key in trace})
     if not set(changing) <= {"x", "y"}:
         raise ValueError(f"frames may change 'x' and 'y' only, got {changing}")
+    for key in ("y", *changing):  # first every missing 'y', then an 'x' in some only
+        for frame in frames:
+            for i, given in enumerate(frame.traces):
+                if key not in given:
+                    raise ValueError(f"frame {frame.label!r}, trace {i} has no {key!r}; every "
+                                     f"trace of every frame needs {changing}")
     if "x" not in changing and x is None:
         raise ValueError("give x= (shared by every trace) or an 'x' in every frame's traces")
-    encoded = [{key: [_floats(trace[key], digits) for trace in frame.traces] for key in changing}
+    if "x" in changing and x is not None:
+        raise ValueError("give x= (shared by every trace) or an 'x' in every frame's traces, "
+                         "not both (x= would be ignored)")
+    shared_x = _floats(x, digits, "x=") if x is not None else None
+    encoded = [{key: [_floats(trace[key], digits, f"frame {frame.label!r}, trace {i}, {key!r}")
+                      for i, trace in enumerate(frame.traces)] for key in changing}
                for frame in frames]
-    data: list[dict[str, Any]] = [dict(t) for t in static]  # drawn under the changing traces
+    for frame, arrays in zip(frames, encoded, strict=True):
+        for i in range(n):
+            xs = arrays["x"][i] if shared_x is None else shared_x
+            ys = arrays["y"][i]
+            where = f"frame {frame.label!r}, trace {i}"
+            if len(xs) != len(ys):
+                source = "its 'x'" if shared_x is None else "x="
+                raise ValueError(f"{where}: 'y' holds {len(ys)} values, {source} holds "
+                                 f"{len(xs)}; they must match")
+            for key, values, log in (("x", xs, xlog), ("y", ys, ylog)):
+                if log and min(values) <= 0:
+                    where_key = "x=" if key == "x" and shared_x is not None else \
+                        f"{where}, {key!r}"
+                    raise ValueError(f"{key}log=True needs values > 0, but {where_key} holds "
+                                     f"{min(values)!r} (a log axis drops it)")
+    data: list[dict[str, Any]] = list(static_)  # drawn under the changing traces
     for i, trace_name in enumerate(names):
         trace: dict[str, Any] = {"type": "scatter", "mode": "lines", "name": trace_name,
                                  "line": {"color": COLORS[i % len(COLORS)], "width": 2.5}}
         for key in ("x", "y"):
-            trace[key] = encoded[active][key][i] if key in changing else _floats(x, digits)
+            trace[key] = encoded[active][key][i] if key in changing else shared_x
         data.append(trace)
-    trace_ids = list(range(len(static), len(static) + n))
+    trace_ids = list(range(len(static_), len(static_) + n))
 
     def args(k: int) -> list[Any]:
         restyle = dict(encoded[k])
@@ -268,8 +477,8 @@ def explorable(
         "autosize": True,
         # r: room for half of the last tick label ("600") at the right edge
         "margin": {"l": 60, "r": 24, "t": 56 if frames[active].title else 16, "b": 10},
-        "xaxis": _axis(xlabel, xlog, xrange),
-        "yaxis": _axis(ylabel, ylog, yrange),
+        "xaxis": _axis(xlabel, xlog, xrange_),
+        "yaxis": _axis(ylabel, ylog, yrange_),
         "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom",
                    "font": {"size": FONT - 1}, "bgcolor": "rgba(255,255,255,0.8)"},
         "dragmode": False,
@@ -325,22 +534,30 @@ def _sequential_colorscale(stops: int = 11) -> list[list[Any]]:
     return scale
 
 
-def _matrix(values: Any, digits: int) -> list[list[float | None]]:
-    """A 2-D tensor or nested sequence as rows of floats; ``-inf`` and NaN (masked cells) become
-    ``None``, which Plotly leaves undrawn (the masked colour shows through); ``+inf`` is refused."""
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().double().tolist()
-    elif hasattr(values, "tolist"):
-        values = values.tolist()
+def _matrix(values: Any, digits: int, what: str = "z") -> list[list[float | None]]:
+    """A 2-D tensor, array or nested sequence as rows of floats; ``-inf``, NaN and ``None``
+    (masked or blank cells) become ``None``, which Plotly leaves undrawn (the masked colour
+    shows through); ``+inf`` is refused."""
+    values = _plain(values, what, 2)
     rows = []
-    for row in values:
+    for r, row in enumerate(values):
+        if isinstance(row, (str, bytes, Mapping)) or not isinstance(row, Sequence):
+            raise ValueError(f"{what} must be 2-D [len(y), len(x)], got row {r} = "
+                             f"{_short(row)}")
         out: list[float | None] = []
-        for v in row:
-            v = float(v)
+        for c, v in enumerate(row):
+            if v is None:
+                out.append(None)
+                continue
+            if isinstance(v, Sequence) and not isinstance(v, str):
+                raise ValueError(f"{what} must be 2-D [len(y), len(x)], got a list at "
+                                 f"[{r}][{c}] (3-D?)")
+            v = _number(v, f"{what}[{r}][{c}]")
             if math.isnan(v) or v == -math.inf:
                 out.append(None)
             elif math.isinf(v):
-                raise ValueError(f"heatmap data may hold -inf (masked), not {v!r}")
+                raise ValueError(f"{what} may hold -inf or NaN (masked cells), not {v!r} (at "
+                                 f"[{r}][{c}])")
             else:
                 out.append(float(f"{v:.{digits}g}"))
         rows.append(out)
@@ -381,18 +598,24 @@ def heatmap(
     row, which the control swaps in with the matrix (e.g. the position each token gets, when
     the columns are slots); the hover then shows the cell's value only, since the axis values
     (``x``, ``y``) are no longer what the ticks say."""
-    if not frames:
-        raise ValueError("heatmap needs at least one frame")
-    if not 0 <= active < len(frames):
-        raise ValueError(f"active must index the {len(frames)} frames, got {active}")
+    frames = _check_frames(frames, "heatmap")
+    zlabel = _text(zlabel, "zlabel")
+    masked_color = _text(masked_color, "masked_color")
+    reversed_y = _flag(reversed_y, "reversed_y")
+    digits = _integer(digits, "digits", 1, 17)
+    active = _integer(active, "active", 0, len(frames) - 1)
+    zrange_ = _range(zrange, "zrange", increasing=True)
     for frame in frames:
         if len(frame.traces) != 1 or set(frame.traces[0]) != {"z"}:
             raise ValueError(f"frame {frame.label!r} must hold one trace with 'z' only")
-    encoded = [_matrix(frame.traces[0]["z"], digits) for frame in frames]
-    xs, ys = _floats(x, digits), _floats(y, digits)
+    encoded = [_matrix(frame.traces[0]["z"], digits, f"frame {frame.label!r}, 'z'")
+               for frame in frames]
+    xs, ys = _floats(x, digits, "x="), _floats(y, digits, "y=")
     for frame, z in zip(frames, encoded, strict=True):
         if len(z) != len(ys) or any(len(row) != len(xs) for row in z):
-            raise ValueError(f"frame {frame.label!r}: z must be [len(y), len(x)]")
+            widths = sorted({len(row) for row in z})
+            raise ValueError(f"frame {frame.label!r}: z must be [len(y), len(x)] = "
+                             f"[{len(ys)}, {len(xs)}], got {len(z)} rows of {widths} values")
     ticks = {axis: _ticktext(axis, given, frames, values)
              for axis, given, values in (("x", xticktext, xs), ("y", yticktext, ys))
              if given is not None}
@@ -410,8 +633,8 @@ def heatmap(
     }
     if ticks:  # the axis values are not what the ticks say: the hover shows the value only
         trace["hovertemplate"] = f"{zlabel} %{{z:.4g}}<extra></extra>"
-    if zrange is not None:
-        trace.update(zmin=float(zrange[0]), zmax=float(zrange[1]), zauto=False)
+    if zrange_ is not None:
+        trace.update(zmin=zrange_[0], zmax=zrange_[1], zauto=False)
     # the line figure's layout and slider, then what a heatmap changes
     base = explorable(name, [Frame(f.label, f.value, [{"y": [0.0]}], f.title) for f in frames],
                       names=[""], x=[0.0], xlabel=xlabel, ylabel=ylabel,
@@ -441,12 +664,16 @@ def heatmap(
 def _ticktext(axis: str, given: Sequence[Sequence[str]], frames: Sequence[Frame],
               values: Sequence[float]) -> list[list[str]]:
     """Per-frame tick labels of one heatmap axis, checked: one label per axis value."""
+    if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Sequence):
+        raise TypeError(f"{axis}ticktext must be a list (one list of labels per frame), got "
+                        f"{_short(given)}")
     if len(given) != len(frames):
         raise ValueError(f"{axis}ticktext must hold one list per frame ({len(frames)}), got "
                          f"{len(given)}")
     out = []
     for frame, texts in zip(frames, given, strict=True):
-        if isinstance(texts, str) or len(texts) != len(values):
+        if isinstance(texts, (str, bytes, Mapping)) or not isinstance(texts, Sequence) \
+                or len(texts) != len(values):
             raise ValueError(f"frame {frame.label!r}: {axis}ticktext must hold one label per "
                              f"{axis} value ({len(values)})")
         out.append([str(t) for t in texts])
@@ -456,9 +683,16 @@ def _ticktext(axis: str, given: Sequence[Sequence[str]], frames: Sequence[Frame]
 def frame_data(explorable_: Explorable, index: int, key: str = "y") -> list[list[float]]:
     """The arrays ``key`` of every changing trace at control step ``index``, as stored in the
     figure (what the browser draws after the control is set there)."""
+    if not isinstance(explorable_, Explorable):
+        raise TypeError(f"frame_data needs an Explorable (what explorable() or heatmap() "
+                        f"return), got a {type(explorable_).__name__}")
     layout = explorable_.figure["layout"]
     steps = (layout["sliders"][0]["steps"] if "sliders" in layout
              else layout["updatemenus"][0]["buttons"])
+    index = _integer(index, "index", -len(steps), len(steps) - 1)
+    keys = sorted(steps[index]["args"][0])
+    if key not in keys:
+        raise ValueError(f"key must be one of {keys} for {explorable_.name!r}, got {key!r}")
     return steps[index]["args"][0][key]
 
 
