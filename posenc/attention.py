@@ -256,7 +256,7 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int,
     if q.device != k.device or q.device != v.device:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     B, H, Lq, D = q.shape
-    if k.shape[:-1] != v.shape[:-1] or k.shape[0] != B or k.shape[-1] != D:
+    if (k.shape != v.shape and k.shape[:-1] != v.shape[:-1]) or k.shape[0] != B or k.shape[-1] != D:
         raise ValueError(
             f"q, k, v must agree in batch and head_dim (k and v in all but v's head size, "
             f"which may differ from q's and k's), got "
