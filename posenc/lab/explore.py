@@ -31,6 +31,25 @@ a white card that the site keeps white in dark mode (``book/_static/custom.css``
 follows the page down to a 390 px phone, and a slider with a large grip and a tall rail under
 the plot, where a thumb reaches it. Zooming and panning are off, so a finger that scrolls the
 page over the figure scrolls the page.
+
+What a figure can and cannot do (honestly):
+
+- It shows only the frames the chapter computed: there is no value between two steps, and
+  nothing is recomputed in the browser. Numbers are kept to ``digits`` significant digits
+  (7 by default), which is what the chapters' cells check against posenc.
+- Every frame travels in the page, so the page grows with frames x points (the browser test
+  holds each page to 4 MB with plotly.js).
+- The browser test taps every step of every *slider* and reads ``gd.data`` back; drop-down
+  menus (``control="menu"``) are built and validated by plotly's Python schema but are not
+  yet operated in the browser, and the heatmap's swapped tick labels (``xticktext`` /
+  ``yticktext``) are checked in the figure's JSON, not read back from the page. Keyboard
+  operation of the control is not tested.
+- The accessible name (``label``) describes the figure; a screen reader does not hear the
+  numbers of a step.
+- Every argument is checked when the figure is built (a clear ``TypeError``/``ValueError``
+  naming it: tests/test_bad_input_explore.py); changes a chapter makes to ``.figure``
+  afterwards (a trace's colour or markers, a ``texttemplate``) are not checked here, only by
+  plotly and the browser test.
 """
 
 from __future__ import annotations
