@@ -88,7 +88,11 @@ class Frame:
     """One setting of the control: its label, its value and the data of every trace.
 
     ``traces`` holds one mapping per trace with the arrays that change (``"y"``, and ``"x"``
-    when it changes too); tensors and arrays are accepted and stored as lists of floats."""
+    when it changes too); 1-D tensors (any dtype but complex, any device with data, with or
+    without grad), arrays and lists of numbers are accepted and stored as lists of floats.
+    ``label`` is a str (the control's tick); ``value`` a str, an int or a finite float (numpy
+    scalars become Python numbers; a tensor needs ``.item()``); ``title`` a str or None.
+    Labels and values must be distinct across the frames of one figure."""
 
     label: str
     value: float | int | str
@@ -411,8 +415,14 @@ def explorable(
             labels in the book's language).
         label: what the figure shows, in words (its accessible name, ``aria-label``).
         active: the frame shown first (the static figure's setting).
-        static: traces that do not change (a reference curve), as Plotly trace dicts.
-        digits: significant digits kept in the JSON.
+        static: traces that do not change (a reference curve), as Plotly trace dicts of
+            plain lists (JSON; a tensor needs ``.tolist()``).
+        digits: significant digits kept in the JSON (1..17).
+
+    Checked when the figure is built (a ``TypeError`` or ``ValueError`` naming the argument):
+    every trace's ``y`` as long as its ``x`` (or ``x=``); data finite and 1-D; ``x=`` or an
+    ``"x"`` in every trace, not both; distinct ``names``; values > 0 on a log axis (plotly
+    would drop the others silently); ranges of two different finite numbers.
     """
     frames = _check_frames(frames, "explorable")
     name = _check_name(name)
