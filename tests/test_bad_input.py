@@ -51,7 +51,7 @@ CASES = [
     (lambda: pe.make_scheme(3), TypeError, "scheme must be a name or a PositionScheme"),
     (lambda: pe.MultiHeadAttention(32, 4, backend="cuda"), ValueError, "backend must be one of"),
     (lambda: pe.MultiHeadAttention(30, 4), ValueError, "dim=30 must be divisible by num_heads=4"),
-    (lambda: pe.attend(x4, x4, x4[..., :4]), ValueError, "q, k, v must agree"),
+    (lambda: pe.attend(x4, x4[..., :4], x4[..., :4]), ValueError, "q, k, v must agree"),
     (lambda: pe.attend(x4, x4[:, :, :2], x4[:, :, :2]), ValueError, "same new tokens"),
     (lambda: pe.attend(x4[0], x4[0], x4[0]), ValueError, r"q must have shape \[B, H, L, Dh\]"),
     (lambda: pe.attend(x4, x4, x4, pe.ALiBi(3)), ValueError, "bias for 3 heads but q has 2 heads"),
