@@ -97,7 +97,7 @@ def test_dependencies_and_extras():
     assert project["dependencies"] == ["torch>=2.13"]
     extras = project["optional-dependencies"]
     assert _requirement_names(extras["lab"]) == {"tqdm", "filelock", "platformdirs"}
-    assert _requirement_names(extras["plot"]) == {"matplotlib"}
+    assert _requirement_names(extras["plot"]) == {"matplotlib", "plotly"}
     assert "posenc[lab,plot]" in extras["test"] and "posenc[lab,plot]" in extras["book"]
     tools = {"pytest", "pytest-xdist", "hypothesis", "nbval", "ipykernel"}
     assert tools <= _requirement_names(extras["test"])
