@@ -62,8 +62,8 @@ class PositionScheme(nn.Module):
 
     name = "nope"
     num_heads: int | None = None
-    """The heads a per-head bias is built for (ALiBi, T5), or None: attention refuses a ``q``
-    with another head count."""
+    """The number of heads a per-head bias is built for (ALiBi, T5), None for other schemes.
+    Attention refuses a ``q`` with another head count."""
 
     def __init__(self) -> None:
         super().__init__()
