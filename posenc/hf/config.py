@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._checks import check_bool, check_float, check_int
+from .._checks import check_bool, check_float, check_int
 
-# Hugging Face model types whose attention rotates interleaved pairs (0, 1), (2, 3), ...
-# (GPT-J's rotate_every_two, Cohere/GLM/Helium/ERNIE's own rotate_half, Llama 4's complex
-# product). Every other HF model rotates pairs (i, i + d/2) (Llama's rotate_half).
 INTERLEAVED_MODEL_TYPES = frozenset({
     "gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "helium", "ernie4_5",
     "ernie4_5_moe", "llama4", "llama4_text",
 })  # fmt: skip
+"""Hugging Face model types whose attention rotates interleaved pairs (0, 1), (2, 3), ... (GPT-J's
+``rotate_every_two``, Cohere/GLM/Helium/ERNIE's own ``rotate_half``, Llama 4's complex product).
+Every other HF model rotates pairs (i, i + d/2) (Llama's ``rotate_half``)."""
 _NEEDS_ORIGINAL = ("yarn", "llama3", "longrope")
 
 
