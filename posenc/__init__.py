@@ -21,6 +21,7 @@ from .mla import mla_rope
 from .mrope import mrope_cos_sin, mrope_position_ids
 from .positions import (
     cu_seqlens,
+    document_ids_from_lengths,
     document_ids_from_positions,
     packed_positions,
     positions_from_mask,
@@ -122,6 +123,7 @@ __all__ = [
     "convert_rope_weight",
     "cu_seqlens",
     "default_device",
+    "document_ids_from_lengths",
     "document_ids_from_positions",
     "make_scheme",
     "packed_positions",

@@ -6,8 +6,9 @@ needs only the right position ids:
 - ``positions_from_mask``: a left-padded batch counts from its first real token, exactly as
   Hugging Face transformers' ``generate`` builds ``position_ids``;
 - ``packed_positions``: documents packed into one row restart at 0 (Krell et al., 2021);
-  ``document_ids_from_positions`` and ``cu_seqlens`` convert between the three descriptions of a
-  packed batch (document ids, restarting positions, FlashAttention's varlen offsets);
+  ``document_ids_from_positions``, ``document_ids_from_lengths`` and ``cu_seqlens`` convert
+  between the descriptions of a packed batch (document ids, restarting positions, document
+  lengths, FlashAttention's varlen offsets);
 - ``shard_positions``: the global positions of one rank's slice of the sequence under context
   parallelism, in the head-tail layout of torch's context-parallel load balancer (which gives
   every rank the same causal work; Liu et al., 2023, ring attention).
@@ -76,9 +77,11 @@ def packed_positions(document_ids: Tensor) -> Tensor:
         srt = document_ids.sort(-1).values
         distinct = (srt[..., 1:] != srt[..., :-1]).sum(-1) + 1
         if not bool((runs == distinct).all()):
+            hint = _document_ids_hint(document_ids)
             raise ValueError(
                 "document_ids must hold each document as one contiguous run (e.g. [0, 0, 1, 1, 1]); "
                 f"got a row with {int((runs - distinct).max())} id(s) that come back after another id"
+                + (f". {hint}" if hint else "")
             )
     idx = torch.arange(L, device=document_ids.device).expand(document_ids.shape)  # [..., L]
     start = torch.where(new, idx, torch.zeros_like(idx)).cummax(-1).values  # first index of the run
@@ -148,25 +151,169 @@ def document_ids_from_positions(position_ids: Tensor) -> Tensor:
     return new.long().cumsum(-1)
 
 
-def cu_seqlens(document_ids: Tensor) -> tuple[Tensor, int]:
+def _document_ids_hint(value: object) -> str:
+    """A sentence naming the likely mistake when ``value``, refused as ``document_ids``, looks
+    like another description of a packed batch; ``""`` when it looks like neither.
+
+    - ``cu_seqlens`` (1-D, starting at 0, strictly increasing: FlashAttention's offsets): name
+      :func:`document_ids_from_lengths` and the varlen layout;
+    - ``position_ids`` (runs counting up by 1 that restart at the smallest value, at least one
+      restart and one step up): name :func:`document_ids_from_positions`.
+
+    The sentence starts with a capital and ends with a full stop; append it to an error's own
+    text (``f"{message}. {hint}"``). Meant for the error path only: it reads values (a host
+    sync) and returns ``""`` while compiling or for anything but a 1-D or 2-D integer tensor.
+    """
+    if not isinstance(value, Tensor) or is_compiling() or value.dim() not in (1, 2):
+        return ""
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        return ""
+    if value.shape[-1] < 2:
+        return ""
+    x = value.detach().to(torch.long)  # [L] or [B, L]
+    step = x[..., 1:] - x[..., :-1]  # [..., L - 1]
+    if x.dim() == 1 and int(x[0]) == 0 and bool((step > 0).all()):
+        return (
+            f"It looks like cu_seqlens (FlashAttention's offsets [0, n_1, n_1 + n_2, ...], here "
+            f"{len(x) - 1} sequence(s), {int(x[-1])} tokens in all): "
+            "posenc.document_ids_from_lengths(cu_seqlens.diff()) gives the document ids, or "
+            "pass cu_seqlens= with q, k, v in the [total, H, D] layout"
+        ) + "."
+    lo = int(x.min())
+    restart = step != 1  # [..., L - 1]
+    if lo >= 0 and bool(restart.any()) and bool((~restart).any()) and bool((x[..., 1:][restart] == lo).all()):
+        return (
+            f"It looks like position_ids (runs counting up by 1 that restart at {lo}): "
+            "posenc.document_ids_from_positions(position_ids) gives the document ids."
+        )
+    return ""
+
+
+def document_ids_from_lengths(lengths: object) -> Tensor:
+    """Document ids ``[sum(lengths)]`` (int64) of documents packed one after another.
+
+    Document ``i`` is ``lengths[i]`` copies of ``i``: ``[3, 2, 1]`` gives
+    ``[0, 0, 0, 1, 1, 2]``, the ``document_ids`` of :func:`packed_positions`, :func:`cu_seqlens`
+    and ``posenc.attend``. ``lengths``: a list or tuple of ints, or a 1-D integer tensor (the
+    result is on its device), every length >= 0. ``cu_seqlens(document_ids_from_lengths(n))``
+    gives back the offsets ``[0, n_1, n_1 + n_2, ...]`` and ``document_ids_from_lengths(
+    cu.diff())`` the ids of FlashAttention's offsets ``cu``.
+
+    A zero-length document (an example emptied by truncation) is allowed and takes no token:
+    the ids keep each document's index in ``lengths``, so ``[2, 0, 1]`` gives ``[0, 0, 2]``
+    and an id still names its source document. :func:`cu_seqlens` of that lists the non-empty
+    documents only (``[0, 2, 3]``); FlashAttention would also accept the empty one as a
+    repeated offset (``[0, 2, 2, 3]``), which changes nothing it computes.
+
+    Raises:
+        TypeError: ``lengths`` is not a list, tuple or tensor; an entry is not an int (a bool or
+            a float is not); a tensor that is not an integer tensor.
+        ValueError: a tensor that is not 1-D; a negative length.
+    """
+    if isinstance(lengths, Tensor):
+        if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+            raise TypeError(
+                f"lengths must be a list of ints or an integer tensor, got dtype {lengths.dtype}"
+            )
+        if lengths.dim() != 1:
+            raise ValueError(
+                f"lengths must be 1-D (one length per document), got shape {tuple(lengths.shape)}"
+            )
+        n = lengths.to(torch.long)
+        if n.numel() and not is_compiling():
+            lo = int(n.min())
+            if lo < 0:
+                raise ValueError(f"lengths must be >= 0, got a minimum of {lo}")
+    elif isinstance(lengths, (list, tuple)):
+        n = torch.tensor(
+            [check_int(f"lengths[{i}]", x, minimum=0) for i, x in enumerate(lengths)],
+            dtype=torch.long,
+        )
+    else:
+        one = f" (one document of {lengths} tokens: [{lengths}])" if isinstance(lengths, int) else ""
+        raise TypeError(
+            f"lengths must be a list or tuple of ints or a 1-D integer tensor, got "
+            f"{type(lengths).__name__}{one}"
+        )
+    return torch.repeat_interleave(torch.arange(n.numel(), device=n.device), n)  # [sum(n)]
+
+
+def _check_mask_of(name: str, mask: object, ids: Tensor) -> Tensor:
+    """``mask`` (0/1, any of transformers' dtypes) of ``ids``' shape, as bool ``[B, L]``; a
+    1-D ``ids [L]`` takes ``[L]`` or ``[1, L]``."""
+    check_tensor(name, mask)
+    assert isinstance(mask, Tensor)
+    if ids.dim() == 1 and mask.dim() == 1:
+        mask = mask[None]
+    rows = ids if ids.dim() == 2 else ids[None]  # [B, L]
+    if mask.dim() != 2 or mask.shape != rows.shape:
+        want = f"{list(ids.shape)} or {list(rows.shape)}" if ids.dim() == 1 else f"{list(rows.shape)}"
+        raise ValueError(
+            f"{name} must have the shape of document_ids, {want} (1 = a real token), got shape "
+            f"{tuple(mask.shape)}"
+        )
+    return _check_mask(name, mask).to(ids.device)
+
+
+def _real_starts(rows: Tensor, real: Tensor) -> tuple[Tensor, int]:
+    """``(the start of each document among the real tokens [N], number of real tokens)`` for
+    ``rows [B, L]`` and the bool ``real [B, L]``: the real tokens in row-major order, a new
+    document wherever the id or the row changes. Checks that every document is one contiguous
+    run of its id among its row's real tokens."""
+    B, L = rows.shape
+    flat = rows.reshape(-1)[real.reshape(-1)]  # [T]: the real tokens' ids, row-major
+    row = torch.arange(B, device=rows.device).repeat_interleave(L)[real.reshape(-1)]  # [T]
+    T = flat.numel()
+    new = torch.ones(T, dtype=torch.bool, device=rows.device)  # [T]
+    new[1:] = (flat[1:] != flat[:-1]) | (row[1:] != row[:-1])
+    if T and not is_compiling():
+        runs = torch.bincount(row[new], minlength=B)  # [B]
+        pairs = torch.unique(torch.stack([row, flat.to(torch.long)], dim=1), dim=0)  # [D, 2]
+        distinct = torch.bincount(pairs[:, 0], minlength=B)  # [B]
+        if not bool((runs == distinct).all()):
+            b = int((runs != distinct).nonzero()[0, 0])
+            hint = _document_ids_hint(rows[b][real[b]])
+            raise ValueError(
+                "document_ids must hold each document as one contiguous run of its id among the "
+                f"real tokens (attention_mask 1); in row {b}, {int(runs[b] - distinct[b])} id(s) "
+                "come back after another id" + (f". {hint}" if hint else "")
+            )
+    return new.nonzero().reshape(-1), T
+
+
+def cu_seqlens(document_ids: Tensor, *, attention_mask: Tensor | None = None) -> tuple[Tensor, int]:
     """FlashAttention's varlen offsets of a packed batch: ``(cu_seqlens [N + 1] int32, max_seqlen)``.
 
     FlashAttention-2's variable-length kernels (``flash_attn_varlen_func``; Dao, 2023) take the
-    batch flattened to ``[B * L, heads, d_h]`` and the ``N`` sequences in it as cumulative offsets
-    ``cu_seqlens = [0, n_1, n_1 + n_2, ..., B * L]``: every sequence attends only to itself, so
+    batch flattened to ``[total, heads, d_h]`` and the ``N`` sequences in it as cumulative offsets
+    ``cu_seqlens = [0, n_1, n_1 + n_2, ..., total]``: every sequence attends only to itself, so
     packing costs ``sum n_i**2`` rather than ``B * L**2``. Here every document of every row of
     ``document_ids [L]`` or ``[B, L]`` (one contiguous run per document, as for
     :func:`packed_positions`) is one sequence, so ``N`` is the number of runs over all rows and
     ``cu_seqlens.diff()`` their lengths in order. ``max_seqlen`` (a Python int) is the longest.
 
-    This equals transformers' ``prepare_fa_kwargs_from_position_ids`` (transformers 5.24, its
-    ``cu_seq_lens_q`` and ``max_length_q``) fed ``packed_positions(document_ids)``, and
+    ``attention_mask`` (``[B, L]``, the shape of ``document_ids``; 1 / True = a real token, as in
+    transformers) drops the padding: the offsets then count the real tokens only, in row-major
+    order, which is flash-attn's ``unpad_input`` convention (``q[attention_mask.flatten() != 0]``
+    is the ``[total, heads, d_h]`` that goes with them). Without it a padded tail counts as one
+    more sequence. The padded slots' ids do not matter (a pad id equal to a real document's is
+    fine); a document's real tokens must be one contiguous run among the row's real tokens. A
+    row with no real token adds no sequence (transformers' ``_get_unpad_data`` gives it a
+    zero-length one, a repeated offset, which changes nothing flash-attn computes). With one
+    document per row this equals ``_get_unpad_data(attention_mask)``'s ``cu_seqlens`` and
+    ``max_seqlen_in_batch`` (transformers 5.24, ``modeling_flash_attention_utils``).
+
+    Without padding this equals transformers' ``prepare_fa_kwargs_from_position_ids``
+    (transformers 5.24, its ``cu_seq_lens_q`` and ``max_length_q``) fed
+    ``packed_positions(document_ids)``, and
     ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``'s ``cu_seq_lens_q`` for its
-    single packed row. Transformers derives these from restarting ``position_ids`` only when
+    single packed row (the collator drops the padding a tokenizer added, as ``attention_mask``
+    does here). Transformers derives these from restarting ``position_ids`` only when
     ``attention_mask`` is ``None``; the collator marks each boundary in the labels with
     ``separator_id`` (default ``-100``) as the first label of every packed sequence, so no token
     predicts across a boundary (packing: Krell et al., 2021). ``document_ids``,
-    :func:`packed_positions` and :func:`document_ids_from_positions` convert into each other.
+    :func:`packed_positions`, :func:`document_ids_from_positions` and
+    :func:`document_ids_from_lengths` convert into each other.
 
     The offsets have a data-dependent length and ``max_seqlen`` is a Python int, so this needs a
     host sync (``nonzero`` and ``.item()``): compute it once per batch, outside the compiled model,
@@ -178,17 +325,21 @@ def cu_seqlens(document_ids: Tensor) -> tuple[Tensor, int]:
             f"document_ids must have fewer than 2**31 elements (int32 offsets), got shape "
             f"{tuple(document_ids.shape)}"
         )
+    real = None if attention_mask is None else _check_mask_of("attention_mask", attention_mask, document_ids)
     if document_ids.numel() == 0:
         return torch.zeros(1, dtype=torch.int32, device=document_ids.device), 0
     rows = document_ids.reshape(-1, document_ids.shape[-1])  # [B, L]
     B, L = rows.shape
-    packed_positions(rows)  # checks that every document is one contiguous run
-    new = torch.ones(B, L, dtype=torch.bool, device=rows.device)  # [B, L]
-    new[:, 1:] = rows[:, 1:] != rows[:, :-1]
-    starts = new.reshape(-1).nonzero().reshape(-1)  # [N]: flat index of each document's start
-    end = torch.full((1,), B * L, dtype=starts.dtype, device=starts.device)
+    if real is None:
+        packed_positions(rows)  # checks that every document is one contiguous run
+        new = torch.ones(B, L, dtype=torch.bool, device=rows.device)  # [B, L]
+        new[:, 1:] = rows[:, 1:] != rows[:, :-1]
+        starts, total = new.reshape(-1).nonzero().reshape(-1), B * L  # [N]: each start
+    else:
+        starts, total = _real_starts(rows, real)  # [N], among the real tokens
+    end = torch.full((1,), total, dtype=starts.dtype, device=starts.device)
     offsets = torch.cat([starts, end]).to(torch.int32)  # [N + 1]
-    return offsets, int(offsets.diff().max())
+    return offsets, int(offsets.diff().max()) if len(offsets) > 1 else 0
 
 
 def shard_positions(seq_len: int, rank: int, world_size: int, *, load_balance: bool = True) -> Tensor:
