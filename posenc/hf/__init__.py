@@ -1,12 +1,43 @@
-"""posenc and Hugging Face transformers.
+"""posenc and Hugging Face transformers: read a model's config, run a model's attention.
 
-The config reader (:mod:`posenc.hf.config`, an encoding like ``posenc.rope``):
-:func:`rotary_kwargs_from_hf_config` finds a model's RoPE numbers in its config, for
-``RotaryEmbedding.from_hf_config``. It never imports transformers.
+Two layers live here, and the package keeps them apart:
+
+* the **config reader** (:mod:`posenc.hf.config`, an encoding like ``posenc.rope``):
+  :func:`rotary_kwargs_from_hf_config` finds a model's RoPE numbers in its config, for
+  ``RotaryEmbedding.from_hf_config``. It never imports transformers;
+* the **adapter** (:mod:`posenc.hf.adapter`, above attention: it calls ``posenc.attend``):
+  :func:`register` makes ``attn_implementation="posenc"`` a transformers attention, and
+  :func:`use` puts it into a loaded model, keeping the model's RoPE or swapping in ALiBi, T5,
+  NoPE or posenc's RoPE. It is loaded on first use of either name, and imports transformers
+  only when called: ``import posenc`` (and ``import posenc.hf``) need torch alone.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .config import INTERLEAVED_MODEL_TYPES, rotary_kwargs_from_hf_config
 
-__all__ = ["INTERLEAVED_MODEL_TYPES", "rotary_kwargs_from_hf_config"]
+if TYPE_CHECKING:  # for the type checkers only: at run time __getattr__ loads them
+    from .adapter import register, use
+
+_ADAPTER = ("register", "use")
+
+__all__ = ["INTERLEAVED_MODEL_TYPES", "register", "rotary_kwargs_from_hf_config", "use"]
+
+
+def __getattr__(name: str) -> Any:
+    """``register`` and ``use`` from :mod:`posenc.hf.adapter`, imported on first access (the
+    adapter imports ``posenc.attention``, which imports ``posenc.rope``, which imports this
+    package's config reader: loading it eagerly would run the imports in a circle)."""
+    if name in _ADAPTER:
+        from . import adapter
+
+        value = getattr(adapter, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ADAPTER))

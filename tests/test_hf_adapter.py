@@ -1,0 +1,420 @@
+"""posenc inside Hugging Face transformers (issue 27): ``posenc.hf.register`` and ``posenc.hf.use``.
+
+This file: the API and its refusals, the import layering (``import posenc`` never imports
+transformers; the adapter sits above attention), the three ways transformers switches a model
+to ``attn_implementation="posenc"``, the splitting rule for packed ``position_ids`` (rows that
+start mid-document and PoSE-style skips), the guard against the shared-config trap, and the
+helpers the two other files use:
+
+- ``test_hf_adapter_models.py``: each model family with its own RoPE (``scheme=None``) against
+  transformers' own attention;
+- ``test_hf_adapter_schemes.py``: ALiBi, T5 and NoPE (and posenc's RoPE) in place of the model's.
+
+Every model is tiny and built from a config (hidden 64, 2 layers, a vocabulary of 96): no
+download.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import posenc
+import posenc.hf
+
+transformers = pytest.importorskip("transformers")
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
+    DataCollatorWithFlattening,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB, PAD = 96, 0
+PROMPTS = ([5, 17, 33, 8], [71, 9, 23, 50, 11, 12, 13])  # lengths 4 and 7
+DOCS = ([5, 17, 33, 8], [71, 9, 23, 50, 11], [40, 41, 42])  # packed by the collator
+TOL = {"atol": 2e-5, "rtol": 2e-5}
+
+
+def common(**over: object) -> dict:
+    """The tiny shape every family shares: hidden 64, 4 query heads, 2 kv heads, 2 layers."""
+    return {
+        "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "max_position_embeddings": 64,
+        "pad_token_id": PAD, "bos_token_id": 1, "eos_token_id": None, "tie_word_embeddings": False,
+    } | over
+
+
+def llama_config(**over: object) -> LlamaConfig:
+    return LlamaConfig(**common(**over))
+
+
+def assert_own_configs(ref: torch.nn.Module, ours: torch.nn.Module) -> None:
+    """Two models compared must not share one config object: ``use`` switches the config's
+    attention implementation, and a shared config would switch the reference too (the test
+    would then compare posenc with itself)."""
+    assert ref.config is not ours.config, (
+        "the reference and the posenc model share one config object: build each from "
+        "copy.deepcopy(config)"
+    )
+    assert ref.config._attn_implementation != ours.config._attn_implementation
+
+
+def pair(cls: type, config: object, *, ref_impl: str = "sdpa", scheme: object = None,
+         seed: int = 0, **options: object) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """``(reference, posenc)``: one weight draw, each model from its own deep copy of
+    ``config``; the reference runs transformers' ``ref_impl``, the other ``posenc.hf.use``."""
+    torch.manual_seed(seed)
+    ref = cls(copy.deepcopy(config)).eval()
+    ref.set_attn_implementation(ref_impl)
+    ours = cls(copy.deepcopy(config)).eval()
+    ours.load_state_dict(ref.state_dict())
+    posenc.hf.use(ours, scheme, **options)
+    assert_own_configs(ref, ours)
+    return ref, ours
+
+
+def left_padded(prompts=PROMPTS) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` ``[B, L]``, left-padded with ``PAD`` as ``generate`` wants."""
+    L = max(map(len, prompts))
+    ids = torch.full((len(prompts), L), PAD, dtype=torch.long)
+    mask = torch.zeros(len(prompts), L, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, L - len(p):] = torch.tensor(p)
+        mask[i, L - len(p):] = 1
+    return ids, mask
+
+
+def packed(docs=DOCS, **kwargs: object) -> dict:
+    """One row from ``DataCollatorWithFlattening`` (restarting ``position_ids``, no mask)."""
+    return DataCollatorWithFlattening(**kwargs)([{"input_ids": list(d)} for d in docs])
+
+
+def logits(model: torch.nn.Module, ids: torch.Tensor, **kwargs: object) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids, **kwargs).logits
+
+
+def greedy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, new: int = 6,
+           **kwargs: object):
+    with torch.no_grad():
+        return model.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False,
+                              output_logits=True, return_dict_in_generate=True, pad_token_id=PAD,
+                              **kwargs)
+
+
+# --------------------------------------------------------------------------- imports and layers
+
+
+def test_import_posenc_does_not_import_transformers():
+    code = (
+        "import sys, posenc, posenc.hf\n"
+        "posenc.hf.register, posenc.hf.use  # the adapter loads, transformers still does not\n"
+        "assert 'transformers' not in sys.modules, 'import posenc imported transformers'\n"
+        "assert 'posenc.hf.adapter' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_import_posenc_hf_alone_loads_no_adapter():
+    code = ("import sys, posenc.hf\n"
+            "assert 'posenc.hf.adapter' not in sys.modules\n"
+            "assert 'posenc.attention' in sys.modules  # posenc's own __init__ runs first\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _library_imports(path: Path) -> set[str]:
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_the_adapter_sits_above_attention():
+    # no library module but posenc.hf's own face imports the adapter; the config reader (an
+    # encoding) imports nothing above it; transformers is imported inside functions only
+    for path in sorted((ROOT / "posenc").glob("**/*.py")):
+        if "lab" in path.relative_to(ROOT).parts or path.name == "adapter.py":
+            continue
+        imports = _library_imports(path)
+        if path.relative_to(ROOT).as_posix() != "posenc/hf/__init__.py":
+            assert "posenc.hf.adapter" not in imports, path
+    config_imports = _library_imports(ROOT / "posenc" / "hf" / "config.py")
+    assert not {"posenc.attention", "posenc.schemes", "posenc.hf.adapter"} & config_imports
+    adapter = ast.parse((ROOT / "posenc" / "hf" / "adapter.py").read_text(encoding="utf-8"))
+    top = [n for n in adapter.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not any("transformers" in ast.unparse(n) for n in top)
+    assert "posenc.attention" in _library_imports(ROOT / "posenc" / "hf" / "adapter.py")
+
+
+def test_the_config_reader_is_still_exported():
+    from posenc.hf import INTERLEAVED_MODEL_TYPES, rotary_kwargs_from_hf_config
+    from posenc.hf.config import rotary_kwargs_from_hf_config as same
+
+    assert rotary_kwargs_from_hf_config is same and "gptj" in INTERLEAVED_MODEL_TYPES
+    assert {"register", "use", "rotary_kwargs_from_hf_config"} <= set(dir(posenc.hf))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        posenc.hf.nope  # noqa: B018
+
+
+# --------------------------------------------------------------------------- switching a model
+
+
+def test_register_then_from_config_from_pretrained_and_set_attn_implementation(tmp_path):
+    assert posenc.hf.register() == "posenc"
+    assert posenc.hf.register("posenc") == "posenc"  # again: harmless
+    cfg = llama_config()
+    torch.manual_seed(0)
+    ref = LlamaForCausalLM(copy.deepcopy(cfg)).eval()
+    ref.set_attn_implementation("sdpa")
+    ids, mask = left_padded()
+    want = logits(ref, ids, attention_mask=mask)[mask.bool()]
+
+    built = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="posenc").eval()
+    assert built.config._attn_implementation == "posenc"
+    built.load_state_dict(ref.state_dict())
+    torch.testing.assert_close(logits(built, ids, attention_mask=mask)[mask.bool()], want, **TOL)
+
+    ref.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="posenc").eval()
+    assert loaded.config._attn_implementation == "posenc"
+    assert_own_configs(ref, loaded)
+    torch.testing.assert_close(logits(loaded, ids, attention_mask=mask)[mask.bool()], want, **TOL)
+
+    switched = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    switched.set_attn_implementation("posenc")
+    torch.testing.assert_close(logits(switched, ids, attention_mask=mask)[mask.bool()], want, **TOL)
+
+
+def test_use_returns_the_model_and_switches_back_and_forth():
+    ref, ours = pair(LlamaForCausalLM, llama_config())
+    ids, mask = left_padded()
+    want = logits(ref, ids, attention_mask=mask)
+    assert posenc.hf.use(ours, "alibi") is ours
+    assert isinstance(ours.posenc_scheme, posenc.ALiBi)
+    swapped = logits(ours, ids, attention_mask=mask)
+    assert (swapped - want)[mask.bool()].abs().max() > 1e-3  # the rotary is gone
+    posenc.hf.use(ours)  # scheme=None puts the model's own rotary back
+    assert "posenc_scheme" not in dict(ours.named_children())
+    torch.testing.assert_close(logits(ours, ids, attention_mask=mask)[mask.bool()],
+                               want[mask.bool()], **TOL)
+
+
+def test_another_name_and_backend():
+    ref, ours = pair(LlamaForCausalLM, llama_config(), name="posenc_math", backend="math")
+    assert ours.config._attn_implementation == "posenc_math"
+    ids, mask = left_padded()
+    torch.testing.assert_close(logits(ours, ids, attention_mask=mask)[mask.bool()],
+                               logits(ref, ids, attention_mask=mask)[mask.bool()], **TOL)
+
+
+def test_only_the_attention_registered_is_refused_not_silently_unpadded():
+    # the review's first trap: an AttentionInterface entry without its mask function makes
+    # transformers pass attention_mask=None, and padding would be ignored without a word
+    from transformers import AttentionInterface
+
+    from posenc.hf.adapter import attention_forward
+
+    AttentionInterface.register("posenc_no_mask", attention_forward)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(llama_config()).eval()
+    model.set_attn_implementation("posenc_no_mask")
+    ids, mask = left_padded()
+    with pytest.raises(ValueError, match="attention_mask=None.*mask function"):
+        model(ids, attention_mask=mask)
+
+
+def test_attention_switched_away_after_a_swap_is_refused():
+    torch.manual_seed(0)
+    model = posenc.hf.use(LlamaForCausalLM(llama_config()).eval(), "alibi")
+    model.set_attn_implementation("sdpa")  # would run with no positions at all
+    with pytest.raises(ValueError, match="attention must stay posenc's, got attn_implementation='sdpa'"):
+        model(torch.tensor([[5, 6, 7]]))
+
+
+# --------------------------------------------------------------------------- the shared config
+
+
+def test_the_shared_config_trap_is_caught():
+    cfg = llama_config()
+    torch.manual_seed(0)
+    ref = LlamaForCausalLM(cfg).eval()
+    ours = LlamaForCausalLM(cfg).eval()  # the same config object: the trap
+    ref.set_attn_implementation("sdpa")
+    posenc.hf.use(ours)
+    assert ref.config._attn_implementation == "posenc"  # the reference was switched too
+    with pytest.raises(AssertionError, match="share one config object"):
+        assert_own_configs(ref, ours)
+    a, b = pair(LlamaForCausalLM, cfg)  # the helper every comparison uses
+    assert a.config._attn_implementation == "sdpa" and b.config._attn_implementation == "posenc"
+
+
+# --------------------------------------------------------------------------- packed rows
+
+
+def test_packed_rows_follow_flash_attentions_splitting_rule():
+    from posenc.hf.adapter import _fresh_positions
+
+    rows = torch.tensor([[3, 4, 5, 0, 1, 2, 0, 1], [0, 1, 2, 3, 10, 11, 12, 13]])
+    pos, docs = _fresh_positions(rows, 2, 8, rows.device)
+    assert docs.tolist() == [[0, 0, 0, 1, 1, 1, 2, 2], [0, 0, 0, 0, 0, 0, 0, 0]]
+    assert pos is not None and pos.tolist() == rows.tolist()
+    # transformers' mask path splits the second row where it jumps: the rules differ there
+    from transformers.masking_utils import find_packed_sequence_indices
+
+    assert find_packed_sequence_indices(rows).tolist() == [[0, 0, 0, 1, 1, 1, 2, 2],
+                                                           [0, 0, 0, 0, 1, 1, 1, 1]]
+    plain = torch.arange(8)[None]
+    assert _fresh_positions(plain, 2, 8, rows.device) == (None, None)  # attend's fast path
+
+
+def test_a_row_that_starts_mid_document():
+    # [3, 4, 5 | 0, 1, 2 | 0, 1]: the first document began in an earlier row
+    ref, ours = pair(LlamaForCausalLM, llama_config())
+    ids = torch.tensor([[5, 17, 33, 71, 9, 23, 40, 41]])
+    pos = torch.tensor([[3, 4, 5, 0, 1, 2, 0, 1]])
+    got = logits(ours, ids, position_ids=pos)
+    for s, e in ((0, 3), (3, 6), (6, 8)):
+        alone = logits(ref, ids[:, s:e], position_ids=pos[:, s:e])
+        torch.testing.assert_close(got[:, s:e], alone, **TOL)
+    # transformers' own sdpa agrees here (its mask path splits this row the same way)
+    torch.testing.assert_close(got, logits(ref, ids, position_ids=pos, use_cache=False), **TOL)
+
+
+def test_a_skip_inside_one_document_is_not_a_new_document():
+    # PoSE: [0, 1, 2, 3, 10, 11, 12, 13] is one document with skipped positions
+    ref, ours = pair(LlamaForCausalLM, llama_config())
+    ids = torch.tensor([[5, 17, 33, 71, 9, 23, 40, 41]])
+    pos = torch.tensor([[0, 1, 2, 3, 10, 11, 12, 13]])
+    got = logits(ours, ids, position_ids=pos)
+    one_document = logits(ref, ids, position_ids=pos, attention_mask=torch.ones_like(ids))
+    torch.testing.assert_close(got, one_document, **TOL)
+    split = logits(ref, ids, position_ids=pos, use_cache=False)  # transformers' mask path
+    assert (got[:, 4:] - split[:, 4:]).abs().max() > 1e-3
+
+
+def test_packing_holds_with_the_default_use_cache():
+    # transformers' sdpa applies no document mask once a cache is passed (use_cache=True, the
+    # forward's default): the documents would see each other. posenc splits them anyway.
+    ref, ours = pair(LlamaForCausalLM, llama_config())
+    batch = packed()
+    got = logits(ours, batch["input_ids"], position_ids=batch["position_ids"])  # use_cache=True
+    start = 0
+    for d in DOCS:
+        alone = logits(ref, torch.tensor([d]))
+        torch.testing.assert_close(got[:, start:start + len(d)], alone, **TOL)
+        start += len(d)
+    leaky = logits(ref, batch["input_ids"], position_ids=batch["position_ids"])
+    assert (leaky - got).abs().max() > 1e-3
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _llama() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    return LlamaForCausalLM(llama_config()).eval()
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda m: posenc.hf.use(object()), TypeError, r"model must be a transformers PreTrainedModel.*got object"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, "bogus"), ValueError, r"scheme must be None.*alibi, t5, nope, rope, got 'bogus'"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, "sinusoidal"), ValueError, r"got 'sinusoidal' \(sinusoidal and learned add to the token"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, 3), TypeError, r"scheme must be None, a name \(alibi, t5, nope, rope\) or a PositionScheme, got int"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, posenc.ALiBi), TypeError, r"got the class ALiBi; pass an instance, e.g. ALiBi\(num_heads\)"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, posenc.SinusoidalPE(64)), ValueError, r"scheme 'sinusoidal' adds positions to the token embeddings"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, "alibi", num_buckets=8), TypeError, r"unexpected keyword argument 'num_buckets'"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, "t5", buckets=8), TypeError, r"unexpected keyword argument 'buckets'"),
+    (lambda m: posenc.hf.use(m, "rope", base=10.0), TypeError, r"scheme 'rope' got unexpected options \['base'\]; allowed: interleaved"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, None, num_buckets=8), TypeError, r"options \['num_buckets'\] for scheme=None; allowed: backend, name"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, posenc.ALiBi(4), backend="math", slopes=1), TypeError, r"options \['slopes'\] with a ready PositionScheme"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, backend="cuda"), ValueError, r"backend must be one of \('sdpa', 'math', 'flex'\), got 'cuda'"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, name="sdpa"), ValueError, r"name 'sdpa' is one of transformers' own attention implementations"),  # noqa: E501
+    (lambda m: posenc.hf.register(3), TypeError, r"name must be a str, got 3 \(int\)"),
+    (lambda m: posenc.hf.register(""), ValueError, r"name must be a plain non-empty name.*got ''"),
+    (lambda m: posenc.hf.register("me/kernel"), ValueError, r"no '/'.*got 'me/kernel'"),
+    (lambda m: posenc.hf.register("eager"), ValueError, r"name 'eager' is one of transformers' own"),
+])
+def test_bad_calls_name_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call(_llama())
+
+
+def test_a_swap_needs_a_rotary_to_replace():
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=1, n_head=4)).eval()
+    with pytest.raises(ValueError, match=r"scheme='alibi' replaces the model's rotary embedding, but "
+                                         r"GPT2LMHeadModel has none.*use scheme=None"):
+        posenc.hf.use(gpt2, "alibi")
+    posenc.hf.use(gpt2)  # its own learned positions, posenc's attention: fine
+    ids = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]])
+    mask = (torch.arange(4) >= torch.tensor([[1], [0]])).long()
+    ref = GPT2LMHeadModel(copy.deepcopy(gpt2.config)).eval()
+    ref.load_state_dict(gpt2.state_dict())
+    ref.set_attn_implementation("sdpa")
+    # GPT-2 numbers a left-padded row from its first pad: compare the unpadded row
+    torch.testing.assert_close(logits(gpt2, ids, attention_mask=mask)[1],
+                               logits(ref, ids, attention_mask=mask)[1], **TOL)
+
+
+def test_attention_function_refuses_what_it_cannot_place():
+    from posenc.hf.adapter import attention_forward, positions_mask
+
+    layer = _llama().model.layers[0].self_attn
+    q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 5, 16)
+    with pytest.raises(ValueError, match="attention_mask=None"):
+        attention_forward(layer, q, k, k, None)
+    with pytest.raises(ValueError, match=r"a 4-D mask passed to the model.*got.*torch.bool \(1, 1, 3, 5\)|its mask function did not make"):  # noqa: E501
+        attention_forward(layer, q, k, k, torch.ones(1, 1, 3, 5, dtype=torch.bool))
+    wrong = positions_mask(1, 3, 4, q_offset=1, attention_mask=torch.ones(1, 4))  # 4 key slots
+    with pytest.raises(ValueError, match=r"handed posenc's attention 5 keys for 3 queries, but its mask "
+                                         r"sizes describe 4 key slots.*refuses rather than guess"):
+        attention_forward(layer, q, k, k, wrong)
+    fresh = positions_mask(1, 3, 3)
+    q3 = torch.randn(1, 4, 3, 16)
+    k3 = torch.randn(1, 2, 3, 16)
+    with pytest.raises(TypeError, match="position_ids must be an integer tensor, got Tensor torch.float32"):
+        attention_forward(layer, q3, k3, k3, fresh, position_ids=torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"position_ids must have shape \[3\] or \[1, 3\] \(one position.*got \(3, 1, 3\)"):  # noqa: E501
+        attention_forward(layer, q3, k3, k3, fresh, position_ids=torch.zeros(3, 1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="overlays a mask pattern of its own"):
+        positions_mask(1, 3, 3, use_vmap=True)
+
+
+def test_a_cache_that_hides_keys_is_refused():
+    # transformers owns the cache; one whose keys its mask sizes do not describe (here: it
+    # drops the oldest key but reports all of them) cannot give the keys' positions
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class Forgetful(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            k, v = super().update(key_states, value_states)
+            return k[:, :, 1:], v[:, :, 1:]
+
+    ref, ours = pair(LlamaForCausalLM, llama_config(), scheme="alibi")
+    cache = DynamicCache(config=ours.config)
+    cache.layers = [Forgetful() for _ in range(2)]
+    with pytest.raises(ValueError, match="cannot tell the keys' positions"):
+        ours(torch.tensor([[5, 6, 7]]), cache=cache)
