@@ -274,19 +274,52 @@ def test_the_shared_config_trap_is_caught():
 
 
 def test_packed_rows_follow_flash_attentions_splitting_rule():
-    from posenc.hf.adapter import _fresh_positions
+    from posenc.hf.adapter import _fresh_rows
 
     rows = torch.tensor([[3, 4, 5, 0, 1, 2, 0, 1], [0, 1, 2, 3, 10, 11, 12, 13]])
-    pos, docs = _fresh_positions(rows, 2, 8, rows.device)
-    assert docs.tolist() == [[0, 0, 0, 1, 1, 1, 2, 2], [0, 0, 0, 0, 0, 0, 0, 0]]
-    assert pos is not None and pos.tolist() == rows.tolist()
+    got = _fresh_rows(rows, 2, 8, rows.device)
+    assert got.documents is not None and got.positions is not None
+    assert got.documents.tolist() == [[0, 0, 0, 1, 1, 1, 2, 2], [0, 0, 0, 0, 0, 0, 0, 0]]
+    assert got.positions.tolist() == rows.tolist()
+    assert got.cu_seqlens.tolist() == [0, 3, 6, 8, 16] and got.max_seqlen == 8
+    assert not got.contiguous and not got.restart  # the second row skips 4 to 9
     # transformers' mask path splits the second row where it jumps: the rules differ there
     from transformers.masking_utils import find_packed_sequence_indices
 
     assert find_packed_sequence_indices(rows).tolist() == [[0, 0, 0, 1, 1, 1, 2, 2],
                                                            [0, 0, 0, 0, 1, 1, 1, 1]]
-    plain = torch.arange(8)[None]
-    assert _fresh_positions(plain, 2, 8, rows.device) == (None, None)  # attend's fast path
+    one = _fresh_rows(rows[:1], 1, 8, rows.device)
+    assert one.contiguous and not one.restart  # the first document counts from 3
+    collated = _fresh_rows(torch.tensor([[0, 1, 2, 0, 1, 0]]), 1, 6, rows.device)
+    assert collated.restart and collated.cu_seqlens.tolist() == [0, 3, 5, 6]
+    plain = _fresh_rows(torch.arange(8)[None], 2, 8, rows.device)
+    assert plain.positions is None and plain.documents is None  # attend's fast path
+    assert _fresh_rows(torch.arange(3, 11)[None], 2, 8, rows.device).documents is None
+
+
+def test_packed_rows_run_varlen_in_eager_mode_and_dense_when_compiled(monkeypatch):
+    # eager: flash-attn's layout at sum n_i^2 (posenc.varlen); compiled: one dense mask, no
+    # graph break; the two agree
+    from torch._dynamo.testing import CompileCounter
+
+    import posenc.varlen
+
+    torch._dynamo.reset()
+    calls = []
+    real = posenc.varlen.attend_varlen
+    monkeypatch.setattr(posenc.varlen, "attend_varlen", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for scheme in (None, "alibi"):
+        _, ours = pair(LlamaForCausalLM, llama_config(), scheme=scheme)
+        batch = packed()
+        calls.clear()
+        eager = logits(ours, batch["input_ids"], position_ids=batch["position_ids"])
+        assert len(calls) == 2  # one per layer
+        counter = CompileCounter()
+        compiled = torch.compile(ours, backend=counter, fullgraph=True)
+        with torch.no_grad():
+            got = compiled(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits
+        assert counter.frame_count == 1
+        torch.testing.assert_close(got, eager, **TOL)
 
 
 def test_a_row_that_starts_mid_document():

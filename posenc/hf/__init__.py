@@ -2,7 +2,7 @@
 
 Two layers live here, and the package keeps them apart:
 
-* the **config reader** (:mod:`posenc.hf.config`, an encoding like ``posenc.rope``):
+* the **config reader** (``posenc.hf.config``, an encoding like ``posenc.rope``):
   :func:`rotary_kwargs_from_hf_config` finds a model's RoPE numbers in its config, for
   ``RotaryEmbedding.from_hf_config``. It never imports transformers;
 * the **adapter** (:mod:`posenc.hf.adapter`, above attention: it calls ``posenc.attend``):

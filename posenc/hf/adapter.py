@@ -2,10 +2,11 @@
 
 transformers (5.x) looks a model's attention up by name in two tables: ``AttentionInterface``
 (the function that attends) and ``AttentionMaskInterface`` (the function that turns the 2-D
-padding mask into what the attention function is given). :func:`register` puts posenc into
-both; registering only the first makes transformers hand the attention ``attention_mask=None``,
-and padding is then silently ignored. :func:`use` switches a loaded model to it, and may swap
-the model's RoPE for another posenc scheme (ALiBi, T5 bias, NoPE, posenc's RoPE).
+padding mask into what the attention function is given). :func:`~posenc.hf.register` puts
+posenc into both; registering only the first makes transformers hand the attention
+``attention_mask=None``, and padding is then silently ignored. :func:`~posenc.hf.use` switches
+a loaded model to it, and may swap the model's RoPE for another posenc scheme (ALiBi, T5 bias,
+NoPE, posenc's RoPE).
 
 What the attention sees, and where it comes from:
 
@@ -23,8 +24,8 @@ What the attention sees, and where it comes from:
   mask path would split the second row where it jumps (and apply no document mask at all once a
   cache is passed, e.g. ``use_cache=True``, the default);
 * **visibility**: causal, the layer's ``sliding_window``, the padding mask, the documents:
-  :func:`posenc.attend`'s rule (a window counts positions: query ``m`` sees keys ``n`` with
-  ``m - W < n <= m``, as transformers counts indices);
+  :func:`~posenc.attention.attend`'s rule (a window counts positions: query ``m`` sees keys
+  ``n`` with ``m - W < n <= m``, as transformers counts indices);
 * **the model's own settings**, from the attention module's call: ``scaling``, Gemma 2's
   ``softcap``, gpt-oss's learned sinks (``s_aux``), grouped-query heads, dropout.
 
@@ -47,11 +48,12 @@ from torch import Tensor, nn
 
 from .._checks import is_compiling
 from ..attention import BACKENDS, attend
+from ..positions import cu_seqlens, packed_positions
 from ..schemes import SCHEMES, PositionScheme, RoPE, _a_class, make_scheme
 from .config import rotary_kwargs_from_hf_config
 
 SWAPS = ("alibi", "t5", "nope", "rope")
-"""The scheme names :func:`use` accepts besides ``None`` (keep the model's own RoPE)."""
+"""The scheme names :func:`~posenc.hf.use` accepts besides ``None`` (keep the model's own RoPE)."""
 
 _MIN_TRANSFORMERS = (5, 0)
 _registered: set[str] = set()
@@ -81,7 +83,7 @@ def register(name: str = "posenc") -> str:
     ``AutoModelForCausalLM.from_config(cfg, attn_implementation=name)``,
     ``from_pretrained(path, attn_implementation=name)`` and
     ``model.set_attn_implementation(name)`` work. A model switched this way keeps its own RoPE;
-    :func:`use` also swaps the scheme. Calling it again is harmless.
+    :func:`~posenc.hf.use` also swaps the scheme. Calling it again is harmless.
 
     transformers (>= 5.0) is imported here, never by ``import posenc``.
 
@@ -157,8 +159,8 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     * a :class:`~posenc.schemes.PositionScheme` instance (one object, shared by every layer).
 
     ``options``: ``backend`` (``"sdpa"`` default, ``"math"`` or ``"flex"``, as
-    :func:`posenc.attend`), ``name`` (the implementation name to register and switch to,
-    default ``"posenc"``), and for ``"t5"`` its ``num_buckets`` / ``max_distance``, for
+    :func:`~posenc.attention.attend`), ``name`` (the implementation name to register and switch
+    to, default ``"posenc"``), and for ``"t5"`` its ``num_buckets`` / ``max_distance``, for
     ``"rope"`` ``interleaved`` (the layout, default from the config).
 
     The scheme (a module: ``model.posenc_scheme``) moves with ``model.to(...)`` and is in its
@@ -342,8 +344,8 @@ def _set_rotaries(model: Any, *, swapped: bool) -> None:
 
 
 class _Unrotated(nn.Module):
-    """Stands in for a model's rotary embedding once :func:`use` swapped the scheme: it returns
-    ``cos = 1, sin = 0`` in the shape and dtype of the original's, so the model's own
+    """Stands in for a model's rotary embedding once :func:`~posenc.hf.use` swapped the scheme:
+    it returns ``cos = 1, sin = 0`` in the shape and dtype of the original's, so the model's own
     ``apply_rotary_pos_emb`` leaves q and k as projected; posenc's scheme acts in attention."""
 
     _config: Any
@@ -442,16 +444,24 @@ def attention_forward(
     """posenc's entry in transformers' ``AttentionInterface``: ``query [B, H, Lq, D]``,
     ``key / value [B, H_kv, Lk, D]`` (every key of the cache) -> ``([B, Lq, H, D], None)``.
 
-    Runs :func:`posenc.attend` with the layer's scheme (:func:`use`; none: the model's RoPE
-    already rotated q and k), the positions :func:`positions_mask` gave, the layer's
-    ``sliding_window``, ``scaling``, ``softcap`` and sinks (``s_aux``, else ``module.sinks``).
+    Runs :func:`~posenc.attention.attend` with the layer's scheme (:func:`~posenc.hf.use`;
+    none: the model's RoPE already rotated q and k), the positions :func:`positions_mask` gave,
+    the layer's ``sliding_window``, ``scaling``, ``softcap`` and sinks (``s_aux``, else
+    ``module.sinks``). Packed documents (restarting ``position_ids``, no mask, nothing cached)
+    run through :func:`~posenc.varlen.attend_varlen` in eager mode, at a cost of ``sum n_i**2``
+    rather than one ``[L, L]`` mask (flash-attn's varlen kernel where it runs), when it computes
+    the same thing: no softcap or sinks, and positions that count from each document's start
+    (or the model's own RoPE, which has rotated q and k already).
     """
     opts: _Options = getattr(module, _OPTIONS, _DEFAULT)
     B, Lq, Lk = query.shape[0], query.shape[-2], key.shape[-2]
-    positions, key_positions, key_valid, documents = _layout(
-        attention_mask, kwargs.get("position_ids"), B, Lq, Lk, query.device
-    )
+    rows = _layout(attention_mask, kwargs.get("position_ids"), B, Lq, Lk, query.device)
     sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
+    causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", True)))
+    if rows.cu_seqlens is not None and softcap is None and sinks is None and opts.backend != "flex" and (
+            rows.restart or (opts.scheme is None and (rows.contiguous or sliding_window is None))):
+        return _attend_packed(query, key, value, opts, rows, causal, sliding_window, scaling,
+                              float(dropout)), None
     extra: dict[str, Any] = {}
     if scaling is not None and scaling != query.shape[-1] ** -0.5:
         extra["scale"] = float(scaling)
@@ -459,20 +469,54 @@ def attention_forward(
         extra["softcap"] = float(softcap)
     if sinks is not None:
         extra["sink_logits"] = sinks
-    causal = kwargs.get("is_causal", getattr(module, "is_causal", True))
     out = attend(
-        query, key, value, opts.scheme, positions=positions, key_positions=key_positions,
-        attention_mask=key_valid, document_ids=documents, window=sliding_window,
-        causal=bool(causal), backend=opts.backend, dropout_p=float(dropout), **extra,
+        query, key, value, opts.scheme, positions=rows.positions, key_positions=rows.key_positions,
+        attention_mask=rows.key_valid, document_ids=rows.documents, window=sliding_window,
+        causal=causal, backend=opts.backend, dropout_p=float(dropout), **extra,
     )  # [B, H, Lq, Dv]
     return out.transpose(1, 2).contiguous(), None
 
 
+def _attend_packed(
+    q: Tensor, k: Tensor, v: Tensor, opts: _Options, rows: _Rows, causal: bool,
+    window: int | None, scale: float | None, dropout_p: float,
+) -> Tensor:
+    """Packed documents in flash-attn's ``[total, H, D]`` layout (every row's documents one
+    after another): ``q [B, H, L, D]`` -> ``[B, L, H, Dv]``, transformers' output layout."""
+    from ..varlen import attend_varlen
+
+    B, H, L, _ = q.shape
+    qf, kf, vf = (t.transpose(1, 2).reshape(B * L, t.shape[1], t.shape[-1]) for t in (q, k, v))
+    assert rows.cu_seqlens is not None
+    out = attend_varlen(
+        qf, kf, vf, opts.scheme, cu_seqlens=rows.cu_seqlens, max_seqlen=rows.max_seqlen,
+        causal=causal, window=window, scale=scale, backend=opts.backend, dropout_p=dropout_p,
+    )  # [B * L, H, Dv]
+    return out.reshape(B, L, H, out.shape[-1])
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """What :func:`~posenc.attention.attend` is told about one call's rows; None where its
+    default is the same. ``cu_seqlens`` / ``max_seqlen``: packed documents' varlen offsets over
+    the flattened batch (eager mode only); ``restart``: the positions count 0, 1, ... from each
+    document's start; ``contiguous``: they go on by 1 inside each document."""
+
+    positions: Tensor | None = None  # [B, Lq]
+    key_positions: Tensor | None = None  # [B, Lk]
+    key_valid: Tensor | None = None  # [B, Lk]
+    documents: Tensor | None = None  # [B, Lq]
+    cu_seqlens: Tensor | None = None  # [N + 1]
+    max_seqlen: int = 0
+    restart: bool = False
+    contiguous: bool = False
+
+
 def _layout(
     mask: Tensor | None, position_ids: Tensor | None, B: int, Lq: int, Lk: int, device: torch.device
-) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
-    """``(positions [B, Lq], key_positions [B, Lk], key_valid [B, Lk], document_ids [B, Lq])``
-    for :func:`posenc.attend`, each None where attend's default is the same."""
+) -> _Rows:
+    """The rows' positions, key positions, valid keys and documents from the mask function's
+    tensor (or, with no padding mask and nothing cached, from the forward's ``position_ids``)."""
     if mask is None:
         raise ValueError(
             "posenc's attention got attention_mask=None: transformers did not run posenc's mask "
@@ -492,16 +536,15 @@ def _layout(
     if mask.shape[-1] == 0:  # no padding mask and nothing cached: the forward's position_ids
         if Lk != Lq:
             raise ValueError(_keys_unknown(Lq, Lk, Lq))
-        positions, documents = _fresh_positions(position_ids, B, Lq, device)
-        return positions, None, None, documents
+        return _fresh_rows(position_ids, B, Lq, device)
     if mask.shape[-1] != Lq + Lk:
         raise ValueError(_keys_unknown(Lq, Lk, mask.shape[-1] - Lq))
     flat = mask[:, 0, 0].expand(B, Lq + Lk)
     q_pos, k_pos = flat[:, :Lq], flat[:, Lq:]
     valid = k_pos >= 0  # [B, Lk]
     if Lk == Lq:  # the keys are this step's tokens: causal by slot
-        return q_pos, None, valid, None
-    return q_pos, k_pos.clamp(min=0), valid, None
+        return _Rows(positions=q_pos, key_valid=valid)
+    return _Rows(positions=q_pos, key_positions=k_pos.clamp(min=0), key_valid=valid)
 
 
 def _keys_unknown(Lq: int, Lk: int, slots: int) -> str:
@@ -513,26 +556,27 @@ def _keys_unknown(Lq: int, Lk: int, slots: int) -> str:
     )
 
 
-_fresh_memo: tuple[Any, int, tuple[Tensor | None, Tensor | None]] | None = None
+_fresh_memo: tuple[Any, int, int, _Rows] | None = None
 
 
-def _fresh_positions(
-    position_ids: Tensor | None, B: int, L: int, device: torch.device
-) -> tuple[Tensor | None, Tensor | None]:
-    """``(positions, document_ids)`` of new tokens with no padding mask and nothing cached,
-    from the forward's ``position_ids`` (None: the default ``arange``, one document per row).
+def _fresh_rows(position_ids: Tensor | None, B: int, L: int, device: torch.device) -> _Rows:
+    """New tokens with no padding mask and nothing cached: positions from the forward's
+    ``position_ids`` (None: the default ``arange``, one document per row).
 
-    Documents by FlashAttention's rule: each row starts one, and so does every position equal to
-    the row's smallest. In eager mode, plain ``arange`` rows give ``(None, None)`` and rows of
-    one document ``(positions, None)``, so attend keeps its fast path; the answer is kept for the
-    same ``position_ids`` tensor, which every layer of one forward shares.
+    Documents by FlashAttention's rule: each row starts one, and so does every position equal
+    to the row's smallest. In eager mode, plain ``arange`` rows give no positions and no
+    documents, rows of one document no documents, so attend keeps its fast path, and packed rows
+    get their varlen offsets; the answer is kept for the same ``position_ids`` tensor, which
+    every layer of one forward shares.
     """
     global _fresh_memo
     if position_ids is None:
-        return None, None
+        return _Rows()
     if not isinstance(position_ids, Tensor) or position_ids.is_floating_point():
-        raise TypeError(f"position_ids must be an integer tensor, got {type(position_ids).__name__}"
-                        f"{'' if not isinstance(position_ids, Tensor) else ' ' + str(position_ids.dtype)}")
+        got = type(position_ids).__name__
+        if isinstance(position_ids, Tensor):
+            got += f" {position_ids.dtype}"
+        raise TypeError(f"position_ids must be an integer tensor, got {got}")
     if position_ids.dim() == 1:
         position_ids = position_ids[None]
     if position_ids.dim() != 2 or position_ids.shape[-1] != L or position_ids.shape[0] not in (1, B):
@@ -543,18 +587,29 @@ def _fresh_positions(
         )
     compiling = is_compiling()
     if not compiling and _fresh_memo is not None:
-        ref, version, kept = _fresh_memo
-        if ref() is position_ids and version == position_ids._version and (
-                kept[0] is None or kept[0].shape[0] == B):
+        ref, version, batch, kept = _fresh_memo
+        if ref() is position_ids and version == position_ids._version and batch == B:
             return kept
     pos = position_ids.to(device=device, dtype=torch.long).expand(B, L)  # [B, L]
     starts = pos == pos.amin(-1, keepdim=True)  # [B, L]
     starts = torch.cat([torch.ones_like(starts[:, :1]), starts[:, 1:]], dim=-1)
     documents = starts.long().cumsum(-1) - 1  # [B, L]
-    answer: tuple[Tensor | None, Tensor | None] = (pos, documents)
-    if not compiling:
-        if L == 0 or bool((documents[:, -1] == 0).all()):
-            arange = torch.arange(L, device=device)
-            answer = (None, None) if bool((pos == arange).all()) else (pos, None)
-        _fresh_memo = (weakref.ref(position_ids), position_ids._version, answer)
-    return answer
+    if compiling:
+        return _Rows(positions=pos, documents=documents)
+    rows = _packed_rows(pos, documents)
+    _fresh_memo = (weakref.ref(position_ids), position_ids._version, B, rows)
+    return rows
+
+
+def _packed_rows(pos: Tensor, documents: Tensor) -> _Rows:
+    """Eager mode: drop what attend's defaults already say, and find the varlen offsets."""
+    L = pos.shape[-1]
+    if L == 0 or bool((documents[:, -1] == 0).all()):  # one document in every row
+        plain = bool((pos == torch.arange(L, device=pos.device)).all())
+        return _Rows() if plain else _Rows(positions=pos)
+    counted = packed_positions(documents)  # [B, L]: 0, 1, ... from each document's start
+    first = pos.gather(-1, (torch.arange(L, device=pos.device) - counted))  # each start's position
+    contiguous = bool((pos - first == counted).all())
+    cu, longest = cu_seqlens(documents)
+    return _Rows(positions=pos, documents=documents, cu_seqlens=cu, max_seqlen=longest,
+                 restart=contiguous and bool((first == 0).all()), contiguous=contiguous)
