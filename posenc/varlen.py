@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import check_bool, check_float, check_int, check_tensor, check_window, is_compiling
-from .attention import BACKENDS, attend
+from .attention import BACKENDS, CAUSAL_CHUNK, attend
 from .positions import _document_ids_hint, document_ids_from_lengths
 from .schemes import ALiBi, NoPE, PositionScheme, _a_class
 
@@ -420,12 +420,14 @@ def _grouped(
     written into the output rows of its sequences (every row belongs to one sequence)."""
     total, H = q.shape[0], q.shape[1]
     out = q.new_empty(total, H, v.shape[-1])  # [total, H, Dv]
-    attn = _math if math_ else _sdpa
     for n, starts in _groups(lengths).items():
         rows = _rows(starts, n, q.device)
         qg, kg, vg = (t[rows].unflatten(0, (-1, n)).transpose(1, 2) for t in (q, k, v))  # [N_n, H, n, D]
         mask = _group_mask(scheme, n, causal, window, torch.float32 if math_ else q.dtype, q.device)
-        got = attn(qg, kg, vg, mask, causal and mask is None, scale, dropout_p)  # [N_n, H, n, Dv]
+        if math_:
+            got = _math(qg, kg, vg, mask, causal and mask is None, scale, dropout_p)  # [N_n, H, n, Dv]
+        else:
+            got = _sdpa(qg, kg, vg, mask, causal and mask is None, scale, dropout_p, causal_mask=causal)
         got = got.transpose(1, 2).reshape(-1, H, got.shape[-1])  # [N_n * n, H, Dv]
         if isinstance(rows, slice):
             out[rows] = got
@@ -435,11 +437,28 @@ def _grouped(
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None,
-          dropout_p: float) -> Tensor:
-    """SDPA on ``[N, H, n, D]`` with grouped-query heads (``enable_gqa``) and ``scale``."""
+          dropout_p: float, *, causal_mask: bool = False) -> Tensor:
+    """SDPA on ``[N, H, n, D]`` with grouped-query heads (``enable_gqa``) and ``scale``.
+
+    ``causal_mask``: the mask hides every future key. On a CPU with one thread a long sequence
+    then runs in blocks of queries against only the keys up to each block's last query, as
+    ``posenc.attend`` does for a biased causal mask (SDPA's CPU kernel skips the future only
+    under ``is_causal``, which takes no bias; see ``attention._sdpa_causal_chunks``)."""
+    gqa = q.shape[1] != k.shape[1]
+    n = q.shape[-2]
+    if (causal_mask and mask is not None and q.device.type == "cpu" and n >= 2 * CAUSAL_CHUNK
+            and torch.get_num_threads() == 1 and not is_compiling()):
+        step, out = max(CAUSAL_CHUNK, n // 8), []
+        for s in range(0, n, step):
+            e = min(s + step, n)
+            out.append(F.scaled_dot_product_attention(
+                q[:, :, s:e], k[:, :, :e], v[:, :, :e], attn_mask=mask[..., s:e, :e],
+                dropout_p=dropout_p, scale=scale, enable_gqa=gqa,
+            ))  # [N, H, e - s, Dv]
+        return torch.cat(out, dim=-2)
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-        enable_gqa=q.shape[1] != k.shape[1],
+        enable_gqa=gqa,
     )
 
 

@@ -176,6 +176,24 @@ def test_gradients_equal_the_dense_path(name, backend):
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("name", ["alibi", "t5"])
+def test_long_biased_sequences_in_query_blocks_on_one_thread(name):
+    # one CPU thread, a bias and n >= 256: SDPA runs in blocks of queries (the future skipped)
+    scheme, lengths = SCHEMES[name], [300, 5, 260, 300]
+    leaves = [t.requires_grad_() for t in qkv(sum(lengths))]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        got = attend_varlen(*leaves, scheme, cu_seqlens=offsets(lengths), window=200)
+        want = dense(*leaves, scheme, lengths, window=200)
+        torch.testing.assert_close(got, want)
+        for a, b in zip(torch.autograd.grad(got.sum(), leaves), torch.autograd.grad(want.sum(), leaves),
+                        strict=True):
+            torch.testing.assert_close(a, b)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_flex_backend_equals_the_dense_path():
     lengths = [5, 0, 9, 2]
     q, k, v = qkv(sum(lengths))
