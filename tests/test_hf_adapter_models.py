@@ -2,8 +2,9 @@
 
 For Llama (default, llama3 and yarn RoPE), Mistral (a sliding window of 4), Qwen2 (q/k/v
 biases), Gemma 2 (logit softcap, ``head_dim`` 32 != 64 / 4, ``query_pre_attn_scalar``,
-alternating sliding/full layers), GPT-NeoX (a quarter of each head rotated) and gpt-oss (learned
-sinks, alternating sliding/full layers, yarn), all with grouped-query heads:
+alternating sliding/full layers), Gemma 3 (q/k norms, alternating sliding/full layers with a
+RoPE base each), GPT-NeoX (a quarter of each head rotated) and gpt-oss (learned sinks,
+alternating sliding/full layers, yarn), all with grouped-query heads:
 
 - left-padded logits = transformers' own attention (``sdpa``; ``eager`` for Gemma 2 and gpt-oss,
   whose softcap and sinks only eager applies);
@@ -42,6 +43,8 @@ from torch._dynamo.testing import CompileCounter  # noqa: E402
 from transformers import (  # noqa: E402
     Gemma2Config,
     Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     GptOssConfig,
@@ -74,6 +77,9 @@ FAMILIES = {  # name: (model class, config, transformers' reference attention)
     "qwen2": (Qwen2ForCausalLM, lambda: Qwen2Config(**common()), "sdpa"),
     "gemma2": (Gemma2ForCausalLM, lambda: Gemma2Config(**common(
         head_dim=32, query_pre_attn_scalar=24, attn_logit_softcapping=4.0, sliding_window=4)), "eager"),
+    "gemma3": (Gemma3ForCausalLM, lambda: Gemma3TextConfig(**common(
+        head_dim=32, query_pre_attn_scalar=32, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"])), "sdpa"),
     "gpt_neox": (GPTNeoXForCausalLM, _neox, "sdpa"),
     "gpt_oss": (GptOssForCausalLM, lambda: GptOssConfig(**common(
         head_dim=16, sliding_window=4, num_local_experts=2, num_experts_per_tok=1,

@@ -12,7 +12,8 @@ a tiny Llama (and ALiBi also on a Mistral with a sliding window of 4, whose cach
 - one SFT step on a packed batch: the loss and every gradient = those of the documents alone,
   weighted by their label counts;
 - ``"rope"`` (posenc's RoPE from ``RotaryEmbedding.from_hf_config``) = transformers' own RoPE
-  for the default, llama3 and yarn scalings and GPT-NeoX's partial rotary;
+  for the default, llama3 and yarn scalings, GPT-NeoX's partial rotary and Gemma 3's RoPE per
+  layer type (a base of 10,000 on sliding layers, 1,000,000 on full ones);
 - a Llama with ALiBi learns a repeated pattern (its loss falls).
 """
 
@@ -28,6 +29,8 @@ import posenc
 
 transformers = pytest.importorskip("transformers")
 from transformers import (  # noqa: E402
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     LlamaConfig,
@@ -125,9 +128,12 @@ def test_one_sft_step_on_a_packed_batch(scheme):
     GPTNeoXConfig(**{k: v for k, v in common().items() if k != "num_key_value_heads"},
                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                    "partial_rotary_factor": 0.25}),
-], ids=["llama-default", "llama-llama3", "llama-yarn", "gpt_neox-partial"])
+    Gemma3TextConfig(**common(head_dim=32, query_pre_attn_scalar=32, sliding_window=4,
+                              layer_types=["sliding_attention", "full_attention"])),
+], ids=["llama-default", "llama-llama3", "llama-yarn", "gpt_neox-partial", "gemma3-per-layer-type"])
 def test_posencs_rope_equals_the_models_own(config):
-    cls = GPTNeoXForCausalLM if isinstance(config, GPTNeoXConfig) else LlamaForCausalLM
+    cls = {GPTNeoXConfig: GPTNeoXForCausalLM, Gemma3TextConfig: Gemma3ForCausalLM}.get(
+        type(config), LlamaForCausalLM)
     ref, ours = pair(cls, config, scheme="rope")
     ids, mask = left_padded()
     got, want = logits(ours, ids, attention_mask=mask), logits(ref, ids, attention_mask=mask)
@@ -162,6 +168,28 @@ def test_a_llama_with_alibi_learns():
         losses.append(loss.item())
     assert losses[-1] < 0.25 * losses[0], losses
     assert PAD == 0  # the pattern never uses the pad id
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_compiled_static_generate_with_alibi(family):
+    # transformers' StaticCache (for Mistral its rolling sliding-window layers) under
+    # torch.compile(fullgraph=True): the prefill and one decode graph, the eager tokens
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    model = _model(family, "alibi")
+    ids, mask = left_padded()
+    eager = greedy(model, ids, mask, new=6)
+    counter = CompileCounter()
+    forward = model.forward
+    model.forward = torch.compile(forward, backend=counter, fullgraph=True)
+    try:
+        static = greedy(model, ids, mask, new=6, cache_implementation="static")
+    finally:
+        model.forward = forward
+    assert counter.frame_count <= 2
+    assert torch.equal(static.sequences, eager.sequences)
+    torch.testing.assert_close(torch.stack(static.logits), torch.stack(eager.logits), **TOL)
 
 
 def test_gradient_checkpointing_and_a_deep_copy_keep_the_scheme():

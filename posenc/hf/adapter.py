@@ -104,7 +104,7 @@ def register(name: str = "posenc") -> str:
     if name not in _registered:
         builtin = set(attention_interface._global_mapping) | {"eager"}
         builtin -= _registered
-        if name in builtin or name.startswith(("flash_attention", "paged", "sdpa", "flex")):
+        if name in builtin or name.startswith(("flash_attention", "paged|")):
             raise ValueError(
                 f"name {name!r} is one of transformers' own attention implementations "
                 f"({', '.join(sorted(builtin))}); registering posenc under it would replace it "
