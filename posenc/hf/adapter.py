@@ -227,42 +227,9 @@ def _build_schemes(
     model: Any, layers: list[tuple[int, nn.Module]], scheme: object, options: dict[str, Any]
 ) -> dict[int, PositionScheme] | None:
     """The scheme of every attention layer, or None to keep the model's own RoPE."""
-    if scheme is None:
-        if options:
-            raise TypeError(
-                f"posenc.hf.use got options {sorted(options)} for scheme=None; allowed: backend, "
-                "name (the scheme options belong to a scheme)"
-            )
+    chosen = _resolve(model, scheme, options)
+    if chosen is None:
         return None
-    if isinstance(scheme, PositionScheme):
-        if options:
-            raise TypeError(
-                f"posenc.hf.use got options {sorted(options)} with a ready PositionScheme; "
-                "pass them to its constructor (allowed here: backend, name)"
-            )
-        if type(scheme).embed is not PositionScheme.embed:
-            raise ValueError(
-                f"scheme {scheme.name!r} adds positions to the token embeddings (an embed hook); "
-                "posenc.hf.use works inside attention: use a rotate or bias scheme "
-                f"({', '.join(SWAPS)})"
-            )
-        chosen: PositionScheme | dict[str | None, PositionScheme] = scheme
-    elif isinstance(scheme, type) and issubclass(scheme, PositionScheme):
-        raise TypeError(f"scheme must be None, a name or a PositionScheme, {_a_class(scheme)}")
-    elif isinstance(scheme, str):
-        if scheme not in SWAPS:
-            why = (" (sinusoidal and learned add to the token embeddings; the adapter works "
-                   "inside attention)") if scheme in SCHEMES else ""
-            raise ValueError(
-                f"scheme must be None (keep the model's RoPE) or one of {', '.join(SWAPS)}, "
-                f"got {scheme!r}{why}"
-            )
-        chosen = _named_scheme(scheme, _text_config(model), options)
-    else:
-        raise TypeError(
-            f"scheme must be None, a name ({', '.join(SWAPS)}) or a PositionScheme, got "
-            f"{type(scheme).__name__}"
-        )
     if not _rotaries(model):
         raise ValueError(
             f"scheme={getattr(scheme, 'name', scheme)!r} replaces the model's rotary embedding, "
@@ -286,6 +253,47 @@ def _build_schemes(
             )
         out[idx] = chosen[kind].to(device)
     return out
+
+
+def _resolve(
+    model: Any, scheme: object, options: dict[str, Any]
+) -> PositionScheme | dict[str | None, PositionScheme] | None:
+    """``scheme`` checked: None, the instance given, a named scheme, or RoPE per layer type."""
+    if scheme is None:
+        if options:
+            raise TypeError(
+                f"posenc.hf.use got options {sorted(options)} for scheme=None; allowed: backend, "
+                "name (the scheme options belong to a scheme)"
+            )
+        return None
+    if isinstance(scheme, PositionScheme):
+        if options:
+            raise TypeError(
+                f"posenc.hf.use got options {sorted(options)} with a ready PositionScheme; "
+                "pass them to its constructor (allowed here: backend, name)"
+            )
+        if type(scheme).embed is not PositionScheme.embed:
+            raise ValueError(
+                f"scheme {scheme.name!r} adds positions to the token embeddings (an embed hook); "
+                "posenc.hf.use works inside attention: use a rotate or bias scheme "
+                f"({', '.join(SWAPS)})"
+            )
+        return scheme
+    if isinstance(scheme, type) and issubclass(scheme, PositionScheme):
+        raise TypeError(f"scheme must be None, a name or a PositionScheme, {_a_class(scheme)}")
+    if not isinstance(scheme, str):
+        raise TypeError(
+            f"scheme must be None, a name ({', '.join(SWAPS)}) or a PositionScheme, got "
+            f"{type(scheme).__name__}"
+        )
+    if scheme not in SWAPS:
+        why = (" (sinusoidal and learned add to the token embeddings; the adapter works "
+               "inside attention)") if scheme in SCHEMES else ""
+        raise ValueError(
+            f"scheme must be None (keep the model's RoPE) or one of {', '.join(SWAPS)}, "
+            f"got {scheme!r}{why}"
+        )
+    return _named_scheme(scheme, _text_config(model), options)
 
 
 def _named_scheme(
