@@ -77,13 +77,14 @@ def is_compiling() -> bool:
     return bool(compiler is not None and compiler.is_compiling())
 
 
-MAX_POSITION = 1 << 24
-"""Positions must be below ``2**24``: float32, the dtype of every angle, holds every integer up
-to there exactly, and no larger table is ever allocated by accident (Llama 4's 10M context fits)."""
+MAX_POSITION = 1 << 31
+"""Positions must be below ``2**31`` (int32's range): RoPE's angles are reduced mod ``2 pi``
+before they are rounded to float32 (``posenc.rope_angles``), so every position up to there
+rotates exactly; ALiBi and T5 take position differences in int64."""
 
 
 def check_positions(name: str, value: object) -> Tensor:
-    """Raise unless ``value`` is an integer tensor of positions in ``[0, 2**24)``, shape [L] or
+    """Raise unless ``value`` is an integer tensor of positions in ``[0, 2**31)``, shape [L] or
     [B, L]. The range check needs a host sync, so it is skipped while compiling."""
     if not isinstance(value, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer positions, got {type(value).__name__}")
@@ -97,14 +98,14 @@ def check_positions(name: str, value: object) -> Tensor:
             raise ValueError(f"{name} must be >= 0, got a minimum of {int(lo)}")
         if int(hi) >= MAX_POSITION:
             raise ValueError(
-                f"{name} must be < 2**24 = {MAX_POSITION} (float32 angles hold integers exactly "
-                f"only up to there), got a maximum of {int(hi)}"
+                f"{name} must be < 2**31 = {MAX_POSITION} (int32's range; every position below "
+                f"it rotates exactly), got a maximum of {int(hi)}"
             )
     return value
 
 
 def check_rows(name: str, value: object, B: int, L: int, *, labels: bool) -> Tensor:
-    """``value`` ``[L]`` or ``[1 | B, L]``, an integer tensor: positions in ``[0, 2**24)``
+    """``value`` ``[L]`` or ``[1 | B, L]``, an integer tensor: positions in ``[0, 2**31)``
     (``labels=False``) or document ids, labels of any integer value (``labels=True``)."""
     if labels:
         if not isinstance(value, Tensor):

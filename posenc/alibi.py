@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ._checks import (
+    MAX_POSITION,
     check_bias_size,
     check_device,
     check_dtype,
@@ -147,8 +148,8 @@ def alibi_bias_padded(
             )
         pos = position_ids
     device = mask.device
-    pos = pos.to(torch.float32)
-    rel = pos[:, None, :] - pos[:, k_len - q_len :, None]  # [B, Lq, Lk]  p_j - p_i
+    pos = pos.long()  # the difference in int64, exact at any position, then float32
+    rel = (pos[:, None, :] - pos[:, k_len - q_len :, None]).to(torch.float32)  # [B, Lq, Lk]  p_j - p_i
     if not causal:
         rel = rel.abs_().neg_()
     visible = mask[:, None, :]  # [B, 1, Lk]
@@ -177,9 +178,11 @@ def alibi_score_mod(slopes: Tensor, *, q_offset: int = 0) -> Callable:
     if not torch.isfinite(slopes).all():
         raise ValueError(f"slopes must be finite, got {slopes.tolist()}")
     q_offset = check_int("q_offset", q_offset, minimum=0)
+    if q_offset >= MAX_POSITION:
+        raise ValueError(f"q_offset must be < 2**31 = {MAX_POSITION} (a position), got {q_offset}")
     slopes = slopes.to(torch.float32)
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return score - slopes[h] * (q_idx + q_offset - kv_idx)
+        return score - slopes[h] * ((q_idx - kv_idx) + q_offset)  # the integer i - j, then float
 
     return score_mod

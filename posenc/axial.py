@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_device, check_dtype, check_float, check_int
+from .rope_angles import rope_angles
 from .rope_scaling import rope_inv_freq
 
 
@@ -46,8 +47,9 @@ def axial_rope_cos_sin(
     rows = torch.arange(height, device=device).repeat_interleave(width)  # [N]
     cols = torch.arange(width, device=device).repeat(height)  # [N]
     angles = torch.cat(
-        [rows[:, None] * inv_freq[0::2], cols[:, None] * inv_freq[1::2]], dim=-1
-    )  # [N, d/2]: row on the even frequencies, column on the odd ones
+        [rope_angles(rows, inv_freq[0::2], max_position=height - 1),
+         rope_angles(cols, inv_freq[1::2], max_position=width - 1)], dim=-1,
+    )  # [N, d/2]: row on the even frequencies, column on the odd ones (rope_cos_sin's angles)
     angles = torch.cat([angles, angles], dim=-1)  # [N, d]
     cos, sin = angles.cos(), angles.sin()
     return (cos, sin) if dtype is None else (cos.to(dtype), sin.to(dtype))

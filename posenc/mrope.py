@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ._checks import check_dtype, check_float, check_int, check_tensor
+from ._checks import MAX_POSITION, check_dtype, check_float, check_int, check_tensor, is_compiling
+from .rope_angles import rope_angles
 
 
 def _check_section(mrope_section: object, half: int, interleaved: bool) -> list[int]:
@@ -63,7 +64,9 @@ def mrope_cos_sin(
 
     Frequency ``i`` rotates by the t, h or w id according to ``mrope_section`` (contiguous
     chunks, Qwen2-VL; or ``t h w t h w ...`` with ``mrope_interleaved=True``, Qwen3-VL). Use the
-    result with ``apply_rope(x, cos[:, None], sin[:, None], interleaved=False)``.
+    result with ``apply_rope(x, cos[:, None], sin[:, None], interleaved=False)``. Ids are
+    integers in ``[0, 2**31)``; the angles are those of ``rope_cos_sin`` (transformers' float32
+    products below 512, reduced mod ``2 pi`` before rounding from there on: no drift).
     """
     check_tensor("positions", positions)
     if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
@@ -72,8 +75,17 @@ def mrope_cos_sin(
         raise ValueError(
             f"positions must have shape [3, B, L] (t, h, w ids), got shape {tuple(positions.shape)}"
         )
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
+    hi = None
+    if positions.numel() and not is_compiling():
+        lo, top = (int(v) for v in torch.aminmax(positions))
+        if lo < 0:
+            raise ValueError(f"positions must be >= 0, got a minimum of {lo}")
+        if top >= MAX_POSITION:
+            raise ValueError(
+                f"positions must be < 2**31 = {MAX_POSITION} (int32's range; every position "
+                f"below it rotates exactly), got a maximum of {top}"
+            )
+        hi = top
     check_tensor("inv_freq", inv_freq, floating=True)
     if inv_freq.dim() != 1 or inv_freq.numel() == 0:
         raise ValueError(f"inv_freq must be 1-D and non-empty, got shape {tuple(inv_freq.shape)}")
@@ -82,8 +94,7 @@ def mrope_cos_sin(
     attention_factor = check_float("attention_factor", attention_factor, positive=True)
     dtype = check_dtype("dtype", dtype)
 
-    inv = inv_freq.to(positions.device, torch.float32)
-    angles = positions.to(torch.float32)[..., None] * inv  # [3, B, L, rd/2]
+    angles = rope_angles(positions, inv_freq, max_position=hi)  # [3, B, L, rd/2] float32
     axis = torch.empty(half, dtype=torch.long, device=positions.device)  # which id per freq
     if mrope_interleaved:
         axis[:] = 0

@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ._checks import (
+    MAX_POSITION,
     check_dtype,
     check_float,
     check_int,
@@ -38,11 +39,10 @@ from ._checks import (
     check_tensor,
     is_compiling,
 )
-from .rope_scaling import rope_inv_freq, rope_switch_len
-
-TABLE_MAX = 1 << 17
-"""The cos/sin tables grow to at most this many positions; beyond it angles are computed from
-the positions on each call (a table of 2**24 rows would take gigabytes)."""
+from .rope_angles import cos_sin_unchecked
+from .rope_layout import check_qk, check_rows, check_seq_dim, fit
+from .rope_tables import TABLE_MAX as TABLE_MAX  # re-exported: posenc.rope.TABLE_MAX
+from .rope_tables import RotaryTables, Tables
 
 
 def _check_bool(name: str, value: object) -> bool:
@@ -68,9 +68,13 @@ def rope_cos_sin(
 ) -> tuple[Tensor, Tensor]:
     """``cos`` and ``sin`` of ``positions * inv_freq``, each ``[..., seq, rotary_dim]``.
 
-    ``positions`` is ``[seq]`` or ``[B, seq]`` (integers); angles are float32, scaled by
-    ``attention_factor`` (YaRN's attention factor sqrt(1/t), t its temperature) and cast to
-    ``dtype`` at the end.
+    ``positions`` is ``[seq]`` or ``[B, seq]`` (integers in ``[0, 2**31)``); angles are float32,
+    scaled by ``attention_factor`` (YaRN's attention factor sqrt(1/t), t its temperature) and
+    cast to ``dtype`` at the end. Below position 512 the angle is the float32 product
+    ``positions.float() * inv_freq``, transformers' value bit for bit; from there on it is
+    reduced mod ``2 pi`` before rounding (``posenc.rope_angles.rope_angles``), so scores
+    depend on ``n - m`` alone to float32 precision at any position below ``2**31``, where the
+    float32 product drifts by up to ``position * 3e-8`` rad.
     """
     check_positions("positions", positions)
     check_tensor("inv_freq", inv_freq, floating=True)
@@ -81,12 +85,13 @@ def rope_cos_sin(
     _check_bool("interleaved", interleaved)
     attention_factor = check_float("attention_factor", attention_factor, positive=True)
     dtype = check_dtype("dtype", dtype)
-    angles = positions.to(torch.float32)[..., None] * inv_freq.to(positions.device, torch.float32)
-    if interleaved:
-        angles = angles.repeat_interleave(2, dim=-1)  # [..., seq, rd]: t0 t0 t1 t1 ...
-    else:
-        angles = torch.cat([angles, angles], dim=-1)  # [..., seq, rd]: t0 t1 ... t0 t1 ...
-    cos, sin = angles.cos() * attention_factor, angles.sin() * attention_factor
+    lo = hi = None
+    if positions.numel() and not is_compiling():
+        lo, hi = (int(v) for v in torch.aminmax(positions))
+    cos, sin = cos_sin_unchecked(
+        positions, inv_freq, interleaved=interleaved, attention_factor=attention_factor,
+        max_position=hi, min_position=lo,
+    )  # [..., seq, rd] float32
     return (cos, sin) if dtype is None else (cos.to(dtype), sin.to(dtype))
 
 
@@ -371,15 +376,34 @@ def convert_rope_weight(
     return w[:, perm.to(weight.device)].flatten(0, 1)
 
 
-class RotaryEmbedding(nn.Module):
-    """Rotates queries and keys ``[B, H, L, head_dim]`` by their positions, scaled or not.
+class RotaryEmbedding(RotaryTables):
+    """Rotates queries and keys by their positions, scaled or not: ``[B, H, L, head_dim]`` by
+    default, ``[B, L, H, head_dim]`` with ``seq_dim=-3``.
+
+    ``seq_dim`` names the sequence dimension of ``q`` and ``k``; it is never guessed from their
+    shapes. ``-2`` (the default) reads them as ``[..., H, L, head_dim]`` (PyTorch's SDPA,
+    Hugging Face); ``-3`` as ``[..., L, H, head_dim]`` (torchtune's
+    ``RotaryPositionalEmbeddings``, flash-attn, Meta's LLaMA code), and the output keeps that
+    layout. The head count is the other dimension before ``head_dim``. A ``[B, L, H, head_dim]``
+    tensor given to a module with the default ``seq_dim=-2`` is rotated by its head index: build
+    it with ``seq_dim=-3``.
 
     ``forward(q, k, positions=None, offset=0)``: positions default to ``offset + arange(L)``;
     pass ``positions [L]`` or ``[B, L]`` for per-sequence ids (left padding, KV caches), not
-    both. q and k may differ in their head count (grouped-query attention), nothing else.
-    ``cos``/``sin``, times the attention factor (YaRN's sqrt(1/t)), are cached in float32 (and,
-    for the interleaved layout, as one complex table) and the cache grows on demand. With an int
-    ``offset`` the call slices the cache: no index kernel, no host synchronisation.
+    both. Positions are integers in ``[0, 2**31)``, and the rotation depends on them exactly:
+    scores depend on ``n - m`` alone to float32 precision at any position (the angles are
+    reduced mod ``2 pi`` before rounding from position 512 on, see
+    ``posenc.rope_angles.rope_angles``; below it they are transformers' float32 products,
+    bit for bit). ``exact_angles=False`` takes the float32 product at every position instead,
+    as transformers, Meta's LLaMA code and torchtune do: their numbers bit for bit, and their
+    drift (up to ``position * 3e-8`` rad: a relative score error of 1e-2 at position ``10**6``);
+    ``from_hf_config`` chooses it by default. q and k may differ in their head count
+    (grouped-query attention), nothing else. ``cos``/``sin``, times the attention factor (YaRN's
+    sqrt(1/t)), are cached in float32 (and, for the interleaved layout, as one complex table):
+    from position 0, growing on demand up to ``TABLE_MAX`` positions, and past that a window of
+    ``WINDOW`` (4096) positions from where a call starts, which a decode loop rebuilds once every
+    4096 steps. With an int ``offset`` the call slices a table: no index kernel, no host
+    synchronisation.
 
     ``scaling`` is a Hugging Face ``rope_parameters`` dict (see ``rope_inv_freq``), checked here
     at construction; ``partial_rotary_factor`` may be given as the argument or as its key. Two
@@ -406,19 +430,14 @@ class RotaryEmbedding(nn.Module):
     so the score of a query at ``m`` and a key at ``n`` gains the factor
     ``zeta_i ** ((m - n) / xpos_scale_base)``: it decays with the distance ``m - n``, faster for
     the low-index (fast-rotating) pairs. The centre ``c`` cancels in every score; it only keeps
-    the factors near 1. It is ``L // 2`` of the *current* call (``L = q.shape[-2]``, positions
-    taken as given, offset included), exactly rotary-embedding-torch's ``get_scale`` (its
-    ``use_xpos=True``) but never a centre cached from an earlier, longer call. Under a KV cache
-    each call therefore has its own centre and a cached key's factor no longer cancels a new
-    query's: pass the same ``xpos_centre=`` (an int, e.g. 0) to the prefill and every decode
+    the factors near 1. It is ``L // 2`` of the *current* call (``L = q.shape[seq_dim]``,
+    positions taken as given, offset included), exactly rotary-embedding-torch's ``get_scale``
+    (its ``use_xpos=True``) but never a centre cached from an earlier, longer call. Under a KV
+    cache each call therefore has its own centre and a cached key's factor no longer cancels a
+    new query's: pass the same ``xpos_centre=`` (an int, e.g. 0) to the prefill and every decode
     step, and incremental decoding gives the scores of the full pass.
     """
 
-    inv_freq: Tensor  # [rd/2]
-    cos_cached: Tensor  # [n, rd]
-    sin_cached: Tensor  # [n, rd]
-    cis_cached: Tensor  # [n, rd/2] complex64
-    sin_signed_cached: Tensor  # [n, rd]
     xpos_zeta: Tensor  # [rd/2]
 
     def __init__(
@@ -430,133 +449,36 @@ class RotaryEmbedding(nn.Module):
         scaling: Mapping | None = None,
         partial_rotary_factor: float = 1.0,
         xpos_scale_base: float | None = None,
+        seq_dim: int = -2,
+        exact_angles: bool = True,
     ) -> None:
-        super().__init__()
-        self.head_dim = check_int("head_dim", head_dim, minimum=2)
-        self.base = check_float("base", base, positive=True)
-        self.interleaved = _check_bool("interleaved", interleaved)
+        head_dim = check_int("head_dim", head_dim, minimum=2)
+        base = check_float("base", base, positive=True)
+        interleaved = _check_bool("interleaved", interleaved)
         if scaling is not None and not isinstance(scaling, Mapping):
             raise TypeError(f"scaling must be None or a dict, got {type(scaling).__name__}")
-        self.scaling = dict(scaling or {})
+        scaling = dict(scaling or {})
         p = check_float("partial_rotary_factor", partial_rotary_factor, positive=True)
-        given = self.scaling.get("partial_rotary_factor")
+        given = scaling.get("partial_rotary_factor")
         if p != 1.0 and given is not None and given != p:
             raise ValueError(
                 f"partial_rotary_factor={p} and scaling['partial_rotary_factor']={given} "
                 f"disagree; give one"
             )
         if p != 1.0:
-            self.scaling["partial_rotary_factor"] = p
-        self.xpos_scale_base = (
-            None if xpos_scale_base is None
-            else check_float("xpos_scale_base", xpos_scale_base, positive=True)
-        )  # fmt: skip
-        # every key is checked now, not at the first forward
-        inv_freq, self.attention_factor = rope_inv_freq(head_dim, base=base, scaling=self.scaling)
-        self.rope_type = self.scaling.get("rope_type") or self.scaling.get("type") or "default"
-        self.original_len = rope_switch_len(self.scaling)  # None for the static types
-        self.freq_len = self.original_len  # the seq_len inv_freq is computed for
-        self.rotary_dim = rd = 2 * inv_freq.numel()
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # [rd/2]
-        self.register_buffer("cos_cached", torch.empty(0, rd), persistent=False)  # [n, rd]
-        self.register_buffer("sin_cached", torch.empty(0, rd), persistent=False)
-        # interleaved: cos + i sin per pair, [n, rd/2] complex64 (Meta's freqs_cis)
-        self.register_buffer("cis_cached", torch.empty(0, rd // 2, dtype=torch.complex64),
-                             persistent=False)  # fmt: skip
-        self.register_buffer("sin_signed_cached", torch.empty(0, rd), persistent=False)  # half
+            scaling["partial_rotary_factor"] = p
+        if xpos_scale_base is not None:
+            xpos_scale_base = check_float("xpos_scale_base", xpos_scale_base, positive=True)
+        seq_dim = check_seq_dim(seq_dim)
+        exact_angles = _check_bool("exact_angles", exact_angles)
+        super().__init__(
+            head_dim, base=base, interleaved=interleaved, scaling=scaling, exact_angles=exact_angles
+        )
+        self.xpos_scale_base = xpos_scale_base
+        self.seq_dim = seq_dim
+        rd = self.rotary_dim
         zeta = (torch.arange(0, rd, 2, dtype=torch.float32) + 0.4 * rd) / (1.4 * rd)  # [rd/2]
         self.register_buffer("xpos_zeta", zeta, persistent=False)
-
-    def _freq_len_for(self, seq_len: int) -> int:
-        """The ``seq_len`` inv_freq must be computed for after a call of ``seq_len`` (HF rules);
-        only called for the types that switch (``original_len`` is set)."""
-        L, cur = self.original_len, self.freq_len
-        assert L is not None and cur is not None
-        if self.rope_type == "longrope":
-            return L + 1 if seq_len > L else L  # any length > L selects the long factors
-        if self.rope_type == "dynamic":
-            if seq_len > cur:
-                return seq_len  # grow: rescale for the new length
-            if seq_len < L:
-                return L  # shorter than the trained length: back to the original frequencies
-        return cur  # static types, or dynamic between L and the longest length seen
-
-    def _update_freq(self, seq_len: int) -> None:
-        """``dynamic`` / ``longrope``: the frequencies for a call of ``seq_len`` (HF's rules)."""
-        if self.original_len is None:
-            return
-        freq_len = self._freq_len_for(seq_len)
-        if freq_len != self.freq_len:
-            inv_freq, self.attention_factor = rope_inv_freq(
-                self.head_dim, base=self.base, scaling=self.scaling, seq_len=freq_len
-            )
-            self.inv_freq = inv_freq.to(self.inv_freq.device)
-            self.freq_len = freq_len
-            self.cos_cached = self.cos_cached[:0]  # stale: rebuilt on demand
-
-    def _refresh(self, seq_len: int, device: torch.device) -> None:
-        self._update_freq(seq_len)
-        cached = self.cos_cached
-        if seq_len > cached.shape[0] or cached.device != device:
-            n = max(seq_len, min(2 * cached.shape[0], TABLE_MAX), 64)
-            self.cos_cached, self.sin_cached = rope_cos_sin(
-                torch.arange(n, device=device), self.inv_freq.to(device),
-                interleaved=self.interleaved, attention_factor=self.attention_factor,
-            )  # [n, rd] float32
-            if self.interleaved:
-                self.cis_cached = torch.complex(self.cos_cached[:, 0::2], self.sin_cached[:, 0::2])
-            else:  # [-sin, sin]: x cos + roll(x) * this is the half-layout rotation
-                s = self.sin_cached[:, : self.rotary_dim // 2]
-                self.sin_signed_cached = torch.cat([-s, s], dim=-1)
-
-    def _direct(self, positions: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        """cos, sin (and cis) computed from ``positions`` without the table: the same float32
-        ops that fill the table, so the values are equal. Used while compiling (no host sync,
-        no buffer growth) and for positions past ``TABLE_MAX``."""
-        angles = positions.to(torch.float32)[..., None] * self.inv_freq.to(positions.device)  # [..., L, rd/2]
-        cis = None
-        if self.interleaved:
-            full = angles.repeat_interleave(2, dim=-1)  # [..., L, rd]
-        else:
-            full = torch.cat([angles, angles], dim=-1)
-        cos, sin = full.cos() * self.attention_factor, full.sin() * self.attention_factor
-        if self.interleaved and not is_compiling():
-            cis = torch.complex(cos[..., 0::2], sin[..., 0::2])
-        return cos, sin, cis
-
-    def _lookup(self, positions: Tensor, hi: int) -> tuple[Tensor, Tensor, Tensor | None]:
-        """cos, sin, cis ``[..., L, rd]`` for ``positions`` whose maximum is ``hi``."""
-        if is_compiling():
-            return self._direct(positions)
-        if hi + 1 > TABLE_MAX:
-            self._update_freq(hi + 1)
-            return self._direct(positions)
-        self._refresh(hi + 1, positions.device)
-        cis = self.cis_cached[positions] if self.interleaved else None
-        return self.cos_cached[positions], self.sin_cached[positions], cis
-
-    def _check_positions(self, positions: object, q: Tensor) -> tuple[Tensor, int]:
-        """Validate ``positions`` for ``q``; return them on q's device and their maximum."""
-        check_positions("positions", positions)
-        assert isinstance(positions, Tensor)
-        seq = q.shape[-2]
-        if positions.shape[-1] != seq:
-            raise ValueError(
-                f"positions must have {seq} entries per row (q's seq length), "
-                f"got shape {tuple(positions.shape)}"
-            )
-        if positions.dim() == 2:
-            if q.dim() < 3 or positions.shape[0] not in (1, q.shape[0]):
-                raise ValueError(
-                    f"positions of shape {tuple(positions.shape)} ([B, L]) need q of shape "
-                    f"[B, (H,) L, head_dim] with the same B (or B = 1), got q {tuple(q.shape)}"
-                )
-        if positions.numel() == 0:
-            return positions.to(q.device), -1
-        if is_compiling():
-            return positions.to(q.device), 0  # no host sync: the tables are not used
-        hi = int(positions.max())  # check_positions has checked >= 0
-        return positions.to(q.device), hi
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """``cos``/``sin`` for ``positions [L]`` or ``[B, L]``, each ``[..., L, rotary_dim]`` float32.
@@ -574,11 +496,45 @@ class RotaryEmbedding(nn.Module):
         return cos, sin
 
     def _xpos(self, positions: Tensor, centre: int) -> Tensor:
-        """xPos scale ``zeta ** ((positions - centre) / scale_base)``, ``[..., L, rd]`` float32."""
+        """xPos scale ``zeta ** ((positions - centre) / scale_base)``, ``[..., L, rd]`` float32
+        (the difference taken in int64, exact at any position)."""
         assert self.xpos_scale_base is not None
-        power = (positions.to(torch.float32) - centre) / self.xpos_scale_base  # [..., L]
+        power = (positions.to(torch.int64) - centre).to(torch.float32) / self.xpos_scale_base
         s = self.xpos_zeta.to(positions.device) ** power[..., None]  # [..., L, rd/2]
         return s.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat([s, s], dim=-1)
+
+    def _rotate(
+        self, x: Tensor, cos: Tensor, sin: Tensor, cis: Tensor | None, scale: Tensor | None,
+        *, key: bool,
+    ) -> Tensor:
+        """``x`` rotated by tables ``[L, rd]`` / ``[B, L, rd]``; xPos: queries times ``scale``,
+        keys divided by it."""
+        s = self.seq_dim
+        cos, sin = fit(cos, x, s), fit(sin, x, s)
+        if scale is None:
+            return _rope(x, cos, sin, self.interleaved, None if cis is None else fit(cis, x, s))
+        scale = fit(scale, x, s)
+        if key:
+            return _rope(x, cos / scale, sin / scale, self.interleaved)
+        return _rope(x, cos * scale, sin * scale, self.interleaved)
+
+    def _decode_fast(self, q: Tensor, k: Tensor, t: Tables, a: int, b: int) -> tuple[Tensor, Tensor] | None:
+        """The decode fast path on rows ``a .. b - 1`` of tables ``t``: slices and the fewest
+        kernels; None where it does not apply."""
+        if not (
+            self.xpos_scale_base is None
+            and self.rotary_dim == self.head_dim and q.dtype == k.dtype == torch.float32
+            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad))
+        ):  # fmt: skip
+            return None
+        if t.cis is not None:  # interleaved: one complex multiply each
+            cis = fit(t.cis[a:b], q, self.seq_dim)  # [L, rd/2]
+            return _complex_rotate(q, cis), _complex_rotate(k, cis)
+        if q.numel() + k.numel() > 1 << 16 or t.sin_signed is None:  # small: 3 kernels beat 3 passes
+            return None
+        c, ss = fit(t.cos[a:b], q, self.seq_dim), fit(t.sin_signed[a:b], q, self.seq_dim)
+        h = self.rotary_dim // 2  # roll(h) turns [xa, xb] into [xb, xa]
+        return torch.addcmul(q * c, q.roll(h, -1), ss), torch.addcmul(k * c, k.roll(h, -1), ss)
 
     def forward(
         self,
@@ -590,17 +546,23 @@ class RotaryEmbedding(nn.Module):
         key_positions: Tensor | None = None,
         xpos_centre: int | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Rotate ``q [..., Hq, L, head_dim]`` and ``k [..., Hk, L, head_dim]``; returns the
-        rotated ``(q, k)``, same shapes and dtypes (layout and scaling: see the class doc).
+        """Rotate ``q`` and ``k``; returns the rotated ``(q, k)``, same shapes, dtypes and layout.
 
-        ``positions`` (``[L]``, or ``[B, L]`` for ``q [B, Hq, L, head_dim]``; non-negative
-        integers) or ``offset`` (an int: positions ``offset + arange(L)``), not both. ``Hq`` and
-        ``Hk`` may differ (grouped-query attention); only the first ``rotary_dim`` channels
-        rotate. ``key_positions`` (``[Lk]`` or ``[B, Lk]``): the keys' own positions, when they
-        are not the queries' (keys gathered from other shards); ``k`` may then have another
-        length. The cos/sin tables are float32 and grow to the largest position (up to
-        ``TABLE_MAX``). ``xpos_centre`` (xPos only): the centre of the scale, ``L // 2`` of the
-        queries when None.
+        Layout (the class's ``seq_dim``): ``q [..., Hq, L, head_dim]`` and ``k [..., Hk, L,
+        head_dim]`` by default (``seq_dim=-2``); ``q [..., L, Hq, head_dim]`` and ``k [..., L,
+        Hk, head_dim]`` for a module built with ``seq_dim=-3`` (torchtune, flash-attn). ``Hq``
+        and ``Hk`` may differ (grouped-query attention); only the first ``rotary_dim``
+        channels rotate.
+
+        ``positions`` (``[L]``, or ``[B, L]`` for ``q [B, Hq, L, head_dim]`` /
+        ``[B, L, Hq, head_dim]``; integers in ``[0, 2**31)``) or ``offset`` (an int: positions
+        ``offset + arange(L)``), not both. ``key_positions`` (``[Lk]`` or ``[B, Lk]``): the keys'
+        own positions, when they are not the queries' (keys gathered from other shards); ``k``
+        may then have another length. The cos/sin tables are float32 and grow to the largest
+        position (up to ``TABLE_MAX``; past it a window table; one call spanning more than
+        ``TABLE_MAX`` positions past it computes its angles directly, the same numbers).
+        ``xpos_centre`` (xPos only): the centre of the scale, ``L // 2`` of the queries when
+        None.
 
         Under ``torch.compile`` the angles are computed from the positions (no table, no host
         sync), and ``dynamic`` / ``longrope`` keep the frequencies they have: run one eager call
@@ -609,29 +571,14 @@ class RotaryEmbedding(nn.Module):
         Raises:
             TypeError: ``q`` or ``k`` is not a floating-point tensor, ``positions`` not an
                 integer tensor, ``offset`` or ``xpos_centre`` not an int.
-            ValueError: ``q`` or ``k`` does not end in ``head_dim``; they differ in ``L`` (without
-                ``key_positions``) or in a dim other than the head count; ``positions`` has the
-                wrong shape, a negative entry or one ``>= 2**24``; ``offset`` is negative or
-                given with ``positions``; ``xpos_centre`` without xPos.
+            ValueError: ``q`` or ``k`` does not end in ``head_dim``; they differ in ``L`` (the
+                dim ``seq_dim``, without ``key_positions``) or in a dim other than the head
+                count; ``positions`` has the wrong shape, a negative entry or one ``>= 2**31``;
+                ``offset`` is negative or given with ``positions``; ``xpos_centre`` without
+                xPos. Each message says which dimension is the sequence and how ``seq_dim``
+                changes it.
         """
-        check_tensor("q", q, floating=True, min_dim=2)
-        check_tensor("k", k, floating=True, min_dim=2)
-        qs, ks = q.shape, k.shape
-        if qs[-1] != self.head_dim or ks[-1] != self.head_dim:
-            raise ValueError(
-                f"q and k must end in head_dim={self.head_dim}, got {tuple(qs)} and {tuple(ks)}"
-            )
-        if key_positions is None and qs[-2] != ks[-2]:
-            raise ValueError(
-                f"q and k must have the same seq length here, got {qs[-2]} and {ks[-2]}; "
-                "rotate cached keys when they are written, then pass only the new ones "
-                "(or give key_positions for keys of their own)"
-            )
-        if len(qs) != len(ks) or qs[:-3] != ks[:-3]:
-            raise ValueError(
-                f"q and k shapes must agree except in the head count (dim -3), got "
-                f"{tuple(qs)} and {tuple(ks)}"
-            )
+        q, k = check_qk(q, k, self.head_dim, self.seq_dim, own_keys=key_positions is not None)
         if type(offset) is not int or offset < 0:
             offset = check_int("offset", offset, minimum=0)
         if xpos_centre is not None:
@@ -643,99 +590,80 @@ class RotaryEmbedding(nn.Module):
                 f"give positions or offset, not both (got offset={offset} with positions); "
                 "add the offset to the positions"
             )
-        seq = qs[-2]
+        seq = q.shape[self.seq_dim]
         centre = seq // 2 if xpos_centre is None else xpos_centre
         if key_positions is not None:
             if positions is None:
                 positions = torch.arange(offset, offset + seq, device=q.device)  # [Lq]
-            return self._one(q, positions, centre, key=False), self._one(k, key_positions, centre, key=True)
-        if positions is None and is_compiling():
-            positions = torch.arange(offset, offset + seq, device=q.device)  # [L]: no table slices
-        if positions is None:
-            end = offset + seq
-            if seq == 0:  # nothing to rotate; no frequency update
-                return q.clone(), k.clone()
-            if end > TABLE_MAX:
-                positions = torch.arange(offset, end, device=q.device)
-        cis = None
-        if positions is None:
-            self._refresh(end, q.device)
-            if (  # the decode fast path: slices of the cached tables, fewest kernels
-                self.xpos_scale_base is None
-                and self.rotary_dim == self.head_dim and q.dtype == k.dtype == torch.float32
-                and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad))
-            ):  # fmt: skip
-                if self.interleaved:
-                    cis = self.cis_cached[offset:end]  # [L, rd/2]: one complex multiply each
-                    return _complex_rotate(q, cis), _complex_rotate(k, cis)
-                if q.numel() + k.numel() <= 1 << 16:  # small (decode): 3 kernels beat 3 passes
-                    c, ss = self.cos_cached[offset:end], self.sin_signed_cached[offset:end]
-                    h = self.rotary_dim // 2  # roll(h) turns [xa, xb] into [xb, xa]
-                    return (torch.addcmul(q * c, q.roll(h, -1), ss),
-                            torch.addcmul(k * c, k.roll(h, -1), ss))  # fmt: skip
-            cos, sin = self.cos_cached[offset:end], self.sin_cached[offset:end]  # [L, rd] views
-            if self.interleaved:
-                cis = self.cis_cached[offset:end]  # [L, rd/2]
-            pos_for_xpos: Tensor | None = None
+            return (self._one(q, positions, centre, name="positions"),
+                    self._one(k, key_positions, centre, name="key_positions"))  # fmt: skip
+        end = offset + seq
+        if positions is None and end > MAX_POSITION:
+            raise ValueError(
+                f"offset + L must be <= 2**31 = {MAX_POSITION} (positions are below it), got "
+                f"{offset} + {seq}"
+            )
+        if positions is None and seq == 0:  # nothing to rotate; no frequency update
+            return q.clone(), k.clone()
+        t = None if positions is not None or is_compiling() else self._covering(offset, end, q.device)
+        if t is not None:  # table rows: no index kernel, no host sync
+            a, b = offset - t.start, end - t.start
+            fast = self._decode_fast(q, k, t, a, b)
+            if fast is not None:
+                return fast
+            cos, sin, cis = t.cos[a:b], t.sin[a:b], None if t.cis is None else t.cis[a:b]  # [L, rd]
         else:
-            positions, hi = self._check_positions(positions, q)
+            if positions is None:  # compiling, or one call longer than TABLE_MAX past it
+                positions = torch.arange(offset, end, device=q.device)  # [L]
+            positions, hi = check_rows(positions, q, self.seq_dim, "positions")
             if hi < 0:
                 return q.clone(), k.clone()
             cos, sin, cis = self._lookup(positions, hi)  # [..., L, rd]
-            if cos.dim() == 3 and q.dim() == 4:
-                cos, sin = cos[:, None], sin[:, None]  # [B, 1, L, rd]: broadcast over heads
-                cis = None if cis is None else cis[:, None]
-            pos_for_xpos = positions
-        if self.xpos_scale_base is None:
-            return (
-                _rope(q, cos, sin, self.interleaved, cis),
-                _rope(k, cos, sin, self.interleaved, cis),
-            )
-        if pos_for_xpos is None:
-            pos_for_xpos = torch.arange(offset, offset + seq, device=q.device)  # [L]
-        scale = self._xpos(pos_for_xpos, centre)
-        if scale.dim() == 3 and q.dim() == 4:
-            scale = scale[:, None]  # [B, 1, L, rd]
-        return (
-            _rope(q, cos * scale, sin * scale, self.interleaved),
-            _rope(k, cos / scale, sin / scale, self.interleaved),
-        )
+        scale = None
+        if self.xpos_scale_base is not None:
+            where = positions if positions is not None else torch.arange(offset, end, device=q.device)
+            scale = self._xpos(where, centre)  # [..., L, rd]
+        return (self._rotate(q, cos, sin, cis, scale, key=False),
+                self._rotate(k, cos, sin, cis, scale, key=True))  # fmt: skip
 
-    def _one(self, x: Tensor, positions: Tensor, centre: int, *, key: bool) -> Tensor:
+    def _one(self, x: Tensor, positions: Tensor, centre: int, *, name: str) -> Tensor:
         """Rotate one of q / k by its own ``positions`` (xPos: keys divide by the scale)."""
-        positions, hi = self._check_positions(positions, x)
+        positions, hi = check_rows(positions, x, self.seq_dim, name)
         if hi < 0:
             return x.clone()
         cos, sin, cis = self._lookup(positions, hi)  # [..., L, rd]
-        if cos.dim() == 3 and x.dim() == 4:
-            cos, sin = cos[:, None], sin[:, None]  # [B, 1, L, rd]
-            cis = None if cis is None else cis[:, None]
-        if self.xpos_scale_base is None:
-            return _rope(x, cos, sin, self.interleaved, cis)
-        scale = self._xpos(positions, centre)
-        if scale.dim() == 3 and x.dim() == 4:
-            scale = scale[:, None]
-        if key:
-            return _rope(x, cos / scale, sin / scale, self.interleaved)
-        return _rope(x, cos * scale, sin * scale, self.interleaved)
+        scale = None if self.xpos_scale_base is None else self._xpos(positions, centre)
+        return self._rotate(x, cos, sin, cis, scale, key=name == "key_positions")
 
-    def extra_repr(self) -> str:
+    def extra_repr(self) -> str:  # the angle mode is a precision, not a setting: not shown
         xpos = "" if self.xpos_scale_base is None else f", xpos_scale_base={self.xpos_scale_base}"
+        layout = "" if self.seq_dim == -2 else f", seq_dim={self.seq_dim}"
         return (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
             f"interleaved={self.interleaved}, rope_type={self.rope_type!r}, "
-            f"attention_factor={self.attention_factor}{xpos}"
+            f"attention_factor={self.attention_factor}{xpos}{layout}"
         )
 
     @classmethod
     def from_hf_config(
-        cls, config: object, *, layer_type: str | None = None, interleaved: bool | None = None
+        cls,
+        config: object,
+        *,
+        layer_type: str | None = None,
+        interleaved: bool | None = None,
+        exact_angles: bool = False,
     ) -> RotaryEmbedding:
         """The rotary embedding of a Hugging Face model: ``config`` is its ``PretrainedConfig``
         or ``config.json`` dict. ``rope_theta``, ``rope_parameters``/``rope_scaling``, the
         lengths, ``partial_rotary_factor``, ``head_dim`` and the layout are read as
-        ``posenc.hf.rotary_kwargs_from_hf_config`` documents."""
+        ``posenc.hf.rotary_kwargs_from_hf_config`` documents.
+
+        ``exact_angles=False`` (the default here): the angles are transformers' float32
+        products at every position, so the module stands in for the model's own rotary
+        embedding bit for bit, long positions included (where transformers' angles drift by up
+        to ``position * 3e-8`` rad). ``exact_angles=True``: angles reduced mod ``2 pi``, scores
+        that depend on the offset alone (see the class doc)."""
         from .hf import rotary_kwargs_from_hf_config
 
         kwargs = rotary_kwargs_from_hf_config(config, layer_type=layer_type, interleaved=interleaved)
-        return cls(**kwargs)
+        return cls(**kwargs, exact_angles=_check_bool("exact_angles", exact_angles))

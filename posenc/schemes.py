@@ -297,13 +297,14 @@ class ALiBi(_CachedMask):
         return alibi_score_mod(self.slopes, q_offset=q_offset)
 
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Tensor:
-        rel = (q_pos[:, :, None] - k_pos[:, None, :]).to(torch.float32)  # [B, Lq, Lk]  m - n
+        rel = q_pos.long()[:, :, None] - k_pos.long()[:, None, :]  # [B, Lq, Lk]  m - n, exact
         if not causal:
             rel = rel.abs()
-        return -self.slopes.to(torch.float32)[None, :, None, None] * rel[:, None]  # [B, H, Lq, Lk]
+        return -self.slopes.to(torch.float32)[None, :, None, None] * rel.to(torch.float32)[:, None]
 
     def position_score_mod(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Callable:
         slopes = self.slopes.to(torch.float32)
+        q_pos, k_pos = q_pos.long(), k_pos.long()  # differences in int64: exact at any position
 
         def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             rel = (q_pos[b, q_idx] - k_pos[b, kv_idx]).to(torch.float32)  # m - n
@@ -342,7 +343,7 @@ class T5Bias(_CachedMask):
     def position_bias(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Tensor:
         rel = self.rel
         buckets = t5_relative_bucket(
-            k_pos[:, None, :] - q_pos[:, :, None], bidirectional=rel.bidirectional,
+            k_pos.long()[:, None, :] - q_pos.long()[:, :, None], bidirectional=rel.bidirectional,
             num_buckets=rel.num_buckets, max_distance=rel.max_distance,
         )  # [B, Lq, Lk]
         return rel.embedding(buckets).permute(0, 3, 1, 2).to(torch.float32)  # [B, H, Lq, Lk]
@@ -350,6 +351,7 @@ class T5Bias(_CachedMask):
     def position_score_mod(self, q_pos: Tensor, k_pos: Tensor, *, causal: bool = True) -> Callable:
         rel = self.rel
         table = rel.embedding.weight.to(torch.float32)  # [NB, H]
+        q_pos, k_pos = q_pos.long(), k_pos.long()  # differences in int64: exact at any position
 
         def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             bucket = t5_relative_bucket(

@@ -59,7 +59,7 @@ CASES = [
     ("update", lambda: KVCache().update(KV, KV, positions=torch.arange(-1, 5)), ValueError, "positions must be >= 0, got a minimum of -1"),
     ("update", lambda: KVCache().update(KV, KV, positions=torch.arange(7)), ValueError, "positions must have shape [6] or [2, 6], got (7,)"),
     ("update", lambda: KVCache().update(KV, KV, positions=torch.arange(6).expand(3, 6)), ValueError, "positions must have shape [6] or [2, 6], got (3, 6)"),
-    ("update", lambda: KVCache().update(KV, KV, positions=torch.tensor([0, 1, 2, 3, 4, 2**24])), ValueError, "positions must be < 2**24"),
+    ("update", lambda: KVCache().update(KV, KV, positions=torch.tensor([0, 1, 2, 3, 4, 2**31])), ValueError, "positions must be < 2**31"),
     ("update", lambda: KVCache().update(KV, KV, document_ids=torch.zeros(2, 6)), TypeError, "document_ids must be an integer tensor (document labels)"),
     ("update", lambda: KVCache().update(KV, KV, document_ids=torch.zeros(2, 5, dtype=LONG)), ValueError, "document_ids must have shape [6] or [2, 6], got (2, 5)"),
     ("update", lambda: KVCache().update(KV[0], KV[0]), ValueError, "k must have shape [B, H, L, Dh]"),
