@@ -16,6 +16,19 @@ columns are timed round-robin in the same run, medians kept. Peers, written out 
 Tables: forward float32; forward + backward float32 (y.backward(g) with a fixed g); forward
 bfloat16 (with the max error against float64 math); decode, q and k [1, 32, 1, 128] at
 offset 1000, microseconds per call.
+
+Large positions (issue 26): the angles are reduced mod 2 pi before they are rounded to float32
+(posenc.rope_angles), so the rotation has no drift at any position below 2**31. Two more tables:
+  angles    cos/sin of L positions: posenc's exact angles (rope_cos_sin's; float64 reduction,
+            float32 products below 512) over the plain float32 product
+            positions[:, None].float() * inv_freq + cos/sin (what transformers computes per call);
+  rotate    RotaryEmbedding(q, k, offset=...) (half layout, its cached tables: from 0 up to
+            TABLE_MAX, a window of 4096 positions past it) over a hand-written float32 rotation
+            (float32 angles + cos/sin per call, q * cos + rotate_half(q) * sin), at decode
+            (L = 1) and prefill (L = 2048), near 0 and at 10**6, and over the same module with
+            exact_angles=False (float32 products in the same tables: the cost of exactness);
+            with --compile also under torch.compile(fullgraph=True) (the angles are then formed
+            in the graph on each call).
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ import torch
 from _timing import medians
 
 from posenc import RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq, rotate_half
+from posenc.rope_angles import cos_sin_unchecked
 
 L, D = 2048, 128
 
@@ -80,12 +94,14 @@ def fwd_bwd(fn, x, g):
 
 def table(title, t, unit, rows, fmt="{:8.2f} ms", scale=1e3):
     print(f"\n{title}")
+    width = max(26, *(len(name) for name in t))
     for name, sec in t.items():
         r = f"  {sec / t[unit]:6.2f}x {unit}" if unit else ""
-        print(f"  {name:26s} " + fmt.format(sec * scale) + r)
+        print(f"  {name:{width}s} " + fmt.format(sec * scale) + r)
+    width = max(30, *(len(name) for name, _, _ in rows))
     for name, r, target in rows:
         suffix = " us" if target.endswith("us") else "x"
-        print(f"  -> {name:30s} {r:6.2f}{suffix}   target {target}")
+        print(f"  -> {name:{width}s} {r:6.2f}{suffix}   target {target}")
 
 
 def main() -> None:
@@ -105,9 +121,12 @@ def main() -> None:
     ci, si = rope_cos_sin(pos, inv_freq, interleaved=True)  # [L, D]
     ch, sh = rope_cos_sin(pos, inv_freq, interleaved=False)
     freqs_cis = torch.polar(torch.ones(L, D // 2), torch.outer(pos.float(), inv_freq))  # [L, D/2]
-    torch.testing.assert_close(apply_rope(x, ci, si, interleaved=True), textbook_rope(x))
+    # the peers form float32 angles, off by up to position * 2**-24 rad (1.2e-4 at 2047);
+    # posenc's are exact (reduced mod 2 pi first, rope_angles): equal up to that drift
+    drift = {"atol": 1e-3, "rtol": 0}
+    torch.testing.assert_close(apply_rope(x, ci, si, interleaved=True), textbook_rope(x), **drift)
     torch.testing.assert_close(apply_rope(x, ch, sh, interleaved=False), hf_rope(x, ch, sh))
-    torch.testing.assert_close(apply_rope(x, ci, si), meta_rope(x, freqs_cis))
+    torch.testing.assert_close(apply_rope(x, ci, si), meta_rope(x, freqs_cis), **drift)
     compiled = torch.compile(apply_rope, dynamic=False) if args.compile else None
 
     # 1. forward, float32
@@ -182,8 +201,8 @@ def main() -> None:
     rot_i, rot_h = RotaryEmbedding(D), RotaryEmbedding(D, interleaved=False)
     rot_i(q1, k1, offset=start + 8), rot_h(q1, k1, offset=start + 8)  # tables built
     pid = torch.tensor([[start]])
-    torch.testing.assert_close(rot_h(q1, k1, offset=start), hf_decode(q1, k1, inv_freq, pid))
-    torch.testing.assert_close(rot_i(q1, k1, offset=start), meta_decode(q1, k1, freqs_cis, start))
+    torch.testing.assert_close(rot_h(q1, k1, offset=start), hf_decode(q1, k1, inv_freq, pid), **drift)
+    torch.testing.assert_close(rot_i(q1, k1, offset=start), meta_decode(q1, k1, freqs_cis, start), **drift)
     with torch.inference_mode():
         t = medians({
             "hf (half)": lambda: hf_decode(q1, k1, inv_freq, pid),
@@ -196,6 +215,99 @@ def main() -> None:
         ("posenc half", t["posenc half"] * 1e6, "<= 60 us"),
         ("posenc interleaved / meta", t["posenc interleaved"] / t["meta (interleaved)"], "(none)"),
     ], fmt="{:8.1f} us", scale=1e6)  # fmt: skip
+
+    large_positions(args, inv_freq)
+
+
+def plain_cos_sin(pos, inv_freq):
+    """The float32 product of positions and frequencies, half layout, cos/sin (transformers)."""
+    a = pos.float()[:, None] * inv_freq  # [L, D/2]
+    a = torch.cat([a, a], dim=-1)
+    return a.cos(), a.sin()
+
+
+def hand_rotate(q, k, pos, inv_freq):
+    """A hand-written float32 rotation: angles and cos/sin per call, then the half-layout turn."""
+    c, s = plain_cos_sin(pos, inv_freq)
+    return q * c + rotate_half(q) * s, k * c + rotate_half(k) * s
+
+
+def angles_case(L_, start, inv_freq, repeats) -> dict[str, float]:
+    """cos/sin of positions start .. start + L_ - 1: the plain float32 product, posenc's exact
+    angles (rope_angles + cos/sin, no checks) and rope_cos_sin (which also checks its input)."""
+    pos = torch.arange(start, start + L_)
+    want = rope_cos_sin(pos, inv_freq, interleaved=False)
+    torch.testing.assert_close(want, plain_cos_sin(pos, inv_freq), atol=0.05, rtol=0)  # drift
+    bounds = {"max_position": start + L_ - 1, "min_position": start}
+    with torch.inference_mode():
+        return medians({
+            "plain float32": lambda: plain_cos_sin(pos, inv_freq),
+            "posenc exact": lambda: cos_sin_unchecked(pos, inv_freq, interleaved=False, **bounds),
+            "rope_cos_sin": lambda: rope_cos_sin(pos, inv_freq, interleaved=False),
+        }, repeats=repeats)  # fmt: skip
+
+
+def rotate_case(L_, start, rot, rot32, compiled, inv_freq, repeats) -> dict[str, float]:
+    """Medians for q and k [1, 32, L_, 128] at positions start ..: each pair of peers timed
+    round-robin on its own (the call after a peer that allocates more pays for it)."""
+    q, k = torch.randn(2, 1, 32, L_, D).unbind(0)
+    pos = torch.arange(start, start + L_)
+    with torch.inference_mode():
+        ours = rot(q, k, offset=start)  # tables built (a window past TABLE_MAX)
+        rot32(q, k, offset=start)
+        torch.testing.assert_close(ours, hand_rotate(q, k, pos, inv_freq), atol=0.5, rtol=0)
+        groups = [
+            {"hand-written float32": lambda: hand_rotate(q, k, pos, inv_freq),
+             "posenc": lambda: rot(q, k, offset=start)},
+            {"posenc exact angles": lambda: rot(q, k, offset=start),
+             "posenc float32 angles": lambda: rot32(q, k, offset=start)},
+        ]  # fmt: skip
+        if compiled:
+            chand, cexact, cf32 = compiled["hand"], compiled["posenc"], compiled["posenc float32 angles"]
+            groups.append({"compiled hand-written": lambda: chand(q, k, pos, inv_freq),
+                           "compiled posenc": lambda: cexact(q, k, positions=pos)})  # fmt: skip
+            groups.append({"compiled exact angles": lambda: cexact(q, k, positions=pos),
+                           "compiled float32 angles": lambda: cf32(q, k, positions=pos)})  # fmt: skip
+        t: dict[str, float] = {}
+        for fns in groups:
+            t.update(medians(fns, repeats=repeats, warmup=20))
+    return t
+
+
+def large_positions(args, inv_freq) -> None:
+    """5. angle formation, exact vs plain float32; 6. RotaryEmbedding vs hand-written rotation."""
+    rows, t_all = [], {}
+    for L_, start in ((1, 10**6), (2048, 0), (2048, 10**6)):
+        t = angles_case(L_, start, inv_freq, max(args.repeats, 300) if L_ == 1 else args.repeats)
+        key = f"L={L_} from {start}"
+        t_all.update({f"{name}, {key}": sec for name, sec in t.items()})
+        rows.append((f"exact / plain, {key}", t["posenc exact"] / t["plain float32"], "(none)"))
+        rows.append((f"rope_cos_sin / plain, {key}", t["rope_cos_sin"] / t["plain float32"], "(none)"))
+    table("angles: cos/sin of L positions, [L, 128]", t_all, None, rows, fmt="{:8.1f} us", scale=1e6)
+
+    rot = RotaryEmbedding(D, interleaved=False)
+    rot32 = RotaryEmbedding(D, interleaved=False, exact_angles=False)  # float32 products, as before
+    compiled = {}
+    if args.compile:
+        compiled["posenc"] = torch.compile(rot, fullgraph=True, dynamic=False)
+        compiled["posenc float32 angles"] = torch.compile(rot32, fullgraph=True, dynamic=False)
+        compiled["hand"] = torch.compile(hand_rotate, fullgraph=True, dynamic=False)
+    rows, t_all = [], {}
+    for L_, start in ((1, 1000), (1, 10**6), (2048, 0), (2048, 10**6)):
+        repeats = max(args.repeats, 500) if L_ == 1 else args.repeats
+        t = rotate_case(L_, start, rot, rot32, compiled, inv_freq, repeats)
+        key = f"{'decode' if L_ == 1 else 'prefill'} L={L_} at {start}"
+        t_all.update({f"{name}, {key}": sec for name, sec in t.items()})
+        rows.append((f"posenc / hand, {key}", t["posenc"] / t["hand-written float32"], "<= 1"))
+        rows.append((f"exact / float32 angles, {key}",
+                     t["posenc exact angles"] / t["posenc float32 angles"], "~ 1"))  # fmt: skip
+        if compiled:
+            rows.append((f"compiled posenc / hand, {key}",
+                         t["compiled posenc"] / t["compiled hand-written"], "(none)"))  # fmt: skip
+            rows.append((f"compiled exact / float32 angles, {key}",
+                         t["compiled exact angles"] / t["compiled float32 angles"], "~ 1"))  # fmt: skip
+    table("rotate: q and k [1, 32, L, 128], half layout (inference_mode)", t_all, None, rows,
+          fmt="{:10.1f} us", scale=1e6)  # fmt: skip
 
 
 if __name__ == "__main__":
