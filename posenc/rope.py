@@ -40,7 +40,7 @@ from ._checks import (
     is_compiling,
 )
 from .rope_angles import cos_sin_unchecked
-from .rope_layout import check_qk, check_rows, check_seq_dim, fit
+from .rope_layout import check_positions_for, check_qk, check_seq_dim, fit
 from .rope_tables import TABLE_MAX as TABLE_MAX  # re-exported: posenc.rope.TABLE_MAX
 from .rope_tables import RotaryTables, Tables
 
@@ -615,7 +615,7 @@ class RotaryEmbedding(RotaryTables):
         else:
             if positions is None:  # compiling, or one call longer than TABLE_MAX past it
                 positions = torch.arange(offset, end, device=q.device)  # [L]
-            positions, hi = check_rows(positions, q, self.seq_dim, "positions")
+            positions, hi = check_positions_for(positions, q, self.seq_dim, "positions")
             if hi < 0:
                 return q.clone(), k.clone()
             cos, sin, cis = self._lookup(positions, hi)  # [..., L, rd]
@@ -628,7 +628,7 @@ class RotaryEmbedding(RotaryTables):
 
     def _one(self, x: Tensor, positions: Tensor, centre: int, *, name: str) -> Tensor:
         """Rotate one of q / k by its own ``positions`` (xPos: keys divide by the scale)."""
-        positions, hi = check_rows(positions, x, self.seq_dim, name)
+        positions, hi = check_positions_for(positions, x, self.seq_dim, name)
         if hi < 0:
             return x.clone()
         cos, sin, cis = self._lookup(positions, hi)  # [..., L, rd]

@@ -67,7 +67,7 @@ def check_qk(q: object, k: object, head_dim: int, seq_dim: int, *, own_keys: boo
     return q, k
 
 
-def check_rows(positions: object, x: Tensor, seq_dim: int, name: str) -> tuple[Tensor, int]:
+def check_positions_for(positions: object, x: Tensor, seq_dim: int, name: str) -> tuple[Tensor, int]:
     """``positions`` (``[L]`` or ``[B, L]``, integers in ``[0, 2**31)``) for ``x`` (q, or k for
     ``key_positions``): returned on ``x``'s device with their maximum (0 while compiling, -1
     when empty)."""
