@@ -12,7 +12,8 @@ integer) and 0.83 at ``2**31 - 64``; the angles below give 5-6e-7 at every one o
 offsets, float32's rounding of the scores (``tests/test_large_positions.py``).
 
 Here the angle is ``p * theta_i`` reduced mod ``2 pi`` *before* it is rounded to float32,
-so its error stays below ``3e-7`` rad at every position below ``2**31``:
+so its error stays within ``1.2e-7`` rad (half a float32 ulp at ``pi``; ``3.5e-7`` on the int64
+path) at every position below ``2**31``:
 
 * float64 where the device has it: the position in two parts, ``p - p mod 256`` and
   ``p mod 256``, times the frequency is exact in float64, and the reduction
