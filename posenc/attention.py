@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -161,6 +162,12 @@ def attend(
     cache: KVCache | None = None,
     backend: str = "sdpa",
     dropout_p: float = 0.0,
+    sinks: int | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    sink_logits: Tensor | None = None,
+    cu_seqlens: Tensor | None = None,
+    max_seqlen: int | None = None,
 ) -> Tensor:
     """Attention of ``q [B, H, Lq, Dh]`` over ``k [B, H_kv, Lk, Dh]``, ``v [B, H_kv, Lk, Dv]``
     with a position scheme and a visibility rule; returns ``[B, H, Lq, Dv]``. ``Dv`` is
@@ -194,6 +201,24 @@ def attend(
     the rule, and ``flex`` a ``BlockMask`` plus a ``score_mod`` (never an ``[Lq, Lk]`` tensor):
     use ``flex`` for long packed or windowed sequences on a GPU.
 
+    Where models really run:
+
+    - ``sinks=S`` with ``window=W``: the window plus the first ``S`` positions (StreamingLLM's
+      attention sinks; Xiao et al., 2024), in prefill and training as in decoding.
+    - ``attention_mask`` may also be a boolean ``[B, Lq, Lk]`` or ``[B, 1, Lq, Lk]``
+      who-sees-whom matrix over the same keys as the 2-D mask (True = may see, transformers'
+      4-D convention): a speculative-decoding tree, a prefix-LM (with ``causal=False``). It is
+      and-ed with the other rules; positions still come from ``positions``.
+    - ``scale``: the factor on ``q k^T`` (default ``1 / sqrt(Dh)``; Gemma's
+      ``query_pre_attn_scalar``, YaRN's and MLA's mscale).
+    - ``softcap=c``: ``c * tanh(s / c)`` on the scaled scores, before the bias and the mask
+      (Gemma 2). SDPA cannot apply it, so ``backend="sdpa"`` computes that call written out.
+    - ``sink_logits [H]``: one learned logit per head in every softmax's denominator, whose
+      probability is dropped (gpt-oss): SDPA gets it as an extra key of value zero (``flex``
+      runs such a call on SDPA: CPU FlexAttention returns no log-sum-exp).
+    - ``cu_seqlens`` / ``max_seqlen``: q, k, v in flash-attn's varlen layout ``[total, H, D]``;
+      handed to :func:`posenc.varlen.attend_varlen` (cost ~ the sum of ``n_i**2``).
+
     Raises:
         TypeError: q, k, v not floating tensors of one dtype; a position, document id or mask
             of the wrong dtype; ``scheme`` or ``cache`` of the wrong type; ``causal`` not a
@@ -207,8 +232,15 @@ def attend(
             in ``[1, 2**63 - 1]``. Every argument is checked before the ``cache`` is written:
             a refused call leaves the cache as it was.
     """
+    if cu_seqlens is not None or max_seqlen is not None:
+        return _varlen(q, k, v, scheme, cu_seqlens, max_seqlen, causal, window, scale, backend,
+                       dropout_p, dict(positions=positions, key_positions=key_positions,
+                                       attention_mask=attention_mask, document_ids=document_ids,
+                                       cache=cache, sinks=sinks, softcap=softcap,
+                                       sink_logits=sink_logits))
     B, Lq = _check_qkv(q, k, v, own_keys=key_positions is not None)
     scheme, causal, window, dropout_p = _check_options(scheme, cache, backend, causal, window, dropout_p)
+    scores = _check_scores(q, window, sinks, scale, softcap, sink_logits)
     heads = scheme.num_heads
     if heads is not None and heads != q.shape[1]:
         raise ValueError(
@@ -217,6 +249,9 @@ def attend(
         )
     q_pos, k_pos, doc = _positions(q, k, positions, key_positions, document_ids, cache)
     # every argument is checked before the cache is written: a refused call leaves it as it was
+    pair = None
+    if attention_mask is not None and attention_mask.dim() in (3, 4):
+        pair, attention_mask = _pair_mask(attention_mask, cache, B, Lq, k.shape[-2]), None
     key_valid = _key_valid(attention_mask, cache, B, Lq, k.shape[-2], q.device)  # [1 | B, Lk]
     if k_pos is None:  # a scheme written for the 3-argument hook keeps working
         q, k = scheme.rotate(q, k, q_pos)  # [B, H, L, Dh], [B, H_kv, L, Dh]
@@ -229,20 +264,128 @@ def attend(
         key_valid = written[None] if key_valid is None else key_valid & written
     evicted = cache is not None and cache.evicted
     if (key_valid is None and doc is None and window is None and k_pos is None and not evicted
+            and pair is None and not scores.rule_only
             and not (positions is not None and scheme.has_bias)):
-        return _attend_fast(q, k, v, scheme, causal, backend, dropout_p)
+        return _attend_fast(q, k, v, scheme, causal, backend, dropout_p, scores.scale)
+    if pair is not None and written is not None and pair.shape[-1] < k.shape[-2]:
+        pair = F.pad(pair, (0, k.shape[-2] - pair.shape[-1]), value=False)  # unwritten slots
     rule = Visibility(
         q_pos=q_pos.expand(B, Lq), k_pos=keys_pos.expand(B, -1),
         q_slot=q_slot + torch.arange(Lq, device=q.device), causal=causal,
         by_position=k_pos is not None, window=window,
         key_valid=None if key_valid is None else key_valid.expand(B, -1),
         q_doc=doc, k_doc=None if keys_doc is None else keys_doc.expand(B, -1),
+        sinks=sinks, pair=None if pair is None else pair.to(q.device).expand(B, -1, -1),
     )
     index_bias = k_pos is None and not evicted and not (cache is not None and cache.static)
     # a query sees its own key unless padding or keys of their own hide it: only then can a
     # row see no key (the written slots of a static cache include the query's own)
-    may_be_empty = attention_mask is not None or k_pos is not None
-    return _attend_by_rule(q, k, v, scheme, rule, backend, dropout_p, index_bias, may_be_empty)
+    may_be_empty = attention_mask is not None or k_pos is not None or pair is not None
+    return _attend_by_rule(q, k, v, scheme, rule, backend, dropout_p, index_bias, may_be_empty,
+                           scores)
+
+
+@dataclass(frozen=True)
+class _Scores:
+    """How scores are formed besides the scheme: the factor on ``q k^T``, Gemma 2's cap and
+    gpt-oss's per-head sink logit (checked, on q's device)."""
+
+    scale: float | None = None
+    softcap: float | None = None
+    sink_logits: Tensor | None = None  # [H]
+
+    @property
+    def rule_only(self) -> bool:
+        return self.softcap is not None or self.sink_logits is not None
+
+
+_NO_SCORES = _Scores()
+
+
+def _check_scores(
+    q: Tensor, window: int | None, sinks: object, scale: object, softcap: object, sink_logits: object
+) -> _Scores:
+    """Check ``sinks`` (against ``window``), ``scale``, ``softcap`` and ``sink_logits``."""
+    if sinks is None and scale is None and softcap is None and sink_logits is None:
+        return _NO_SCORES
+    if sinks is not None:
+        sinks = check_int("sinks", sinks, minimum=0)
+        if window is None and sinks:
+            raise ValueError(
+                f"sinks={sinks} keeps the first {sinks} positions visible beside a sliding "
+                "window: give window=W too (without a window every earlier key is visible)"
+            )
+    scale = None if scale is None else check_float("scale", scale, positive=True)
+    softcap = None if softcap is None else check_float("softcap", softcap, positive=True)
+    if sink_logits is not None:
+        check_tensor("sink_logits", sink_logits, floating=True)
+        assert isinstance(sink_logits, Tensor)
+        if tuple(sink_logits.shape) != (q.shape[1],):
+            raise ValueError(
+                f"sink_logits must have shape [{q.shape[1]}] (one logit per query head), got "
+                f"{tuple(sink_logits.shape)}"
+            )
+        sink_logits = sink_logits.to(q.device)
+    return _Scores(scale, softcap, sink_logits)
+
+
+def _pair_mask(mask: Tensor, cache: KVCache | None, B: int, Lq: int, Lk_new: int) -> Tensor:
+    """A who-sees-whom ``attention_mask`` ``[B, Lq, Lk]`` / ``[B, 1, Lq, Lk]`` (True = may see)
+    over the cached plus new keys (a static cache: up to ``max_len`` slots): ``[1 | B, Lq, Lk]``."""
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"attention_mask: a {mask.dim()}-D who-sees-whom mask must be bool (True = may see), "
+            f"got dtype {mask.dtype}; an additive float mask m converts with (m == 0)"
+        )
+    shape = tuple(mask.shape)
+    if mask.dim() == 4:
+        if mask.shape[1] != 1:
+            raise ValueError(
+                f"attention_mask: a 4-D mask must have shape [B, 1, Lq, Lk] (one matrix for "
+                f"every head), got {shape}"
+            )
+        mask = mask[:, 0]
+    held = 0
+    if cache is not None and cache.k is not None and not is_compiling():
+        held = len(cache)
+    want = held + Lk_new
+    static = cache is not None and cache.max_len is not None
+    Lk = mask.shape[-1]
+    fits = Lk == want or (static and cache is not None and want <= Lk <= (cache.max_len or 0))
+    if mask.shape[0] not in (1, B) or mask.shape[1] != Lq or not fits:
+        where = (f"; the cache holds {held} keys from earlier calls (cache.reset() starts anew)"
+                 if held else "")
+        raise ValueError(
+            f"attention_mask: a who-sees-whom mask must have shape [{B}, {Lq}, {want}] or "
+            f"[{B}, 1, {Lq}, {want}] (queries x cached plus new keys), got {shape}{where}"
+        )
+    return mask
+
+
+def _varlen(
+    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme | None, cu_seqlens: Tensor | None,
+    max_seqlen: int | None, causal: bool, window: int | None, scale: float | None, backend: str,
+    dropout_p: float, others: dict[str, object],
+) -> Tensor:
+    """``attend`` on flash-attn's varlen layout: :func:`posenc.varlen.attend_varlen`."""
+    if cu_seqlens is None:
+        raise ValueError(
+            f"max_seqlen={max_seqlen!r} is given without cu_seqlens: max_seqlen belongs to the "
+            "varlen layout ([total, H, D] with cu_seqlens); drop it or give cu_seqlens"
+        )
+    given = [name for name, value in others.items() if value is not None]
+    if given:
+        raise ValueError(
+            f"with cu_seqlens (q, k, v as [total, H, D]) attend takes no {', '.join(given)}: "
+            "positions restart at 0 in each sequence and each sequence sees only itself; for "
+            "those options use [B, H, L, D] with document_ids"
+        )
+    from .varlen import attend_varlen  # varlen imports this module
+
+    return attend_varlen(
+        q, k, v, scheme, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, causal=causal,
+        window=window, scale=scale, backend=backend, dropout_p=dropout_p,
+    )
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int, int]:
@@ -408,36 +551,100 @@ def _key_valid(
 
 def _attend_by_rule(
     q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, rule: Visibility, backend: str,
-    dropout_p: float, index_bias: bool, may_be_empty: bool = True,
+    dropout_p: float, index_bias: bool, may_be_empty: bool = True, scores: _Scores = _NO_SCORES,
 ) -> Tensor:
     """Attention under a visibility rule: FlexAttention with a ``BlockMask`` and ``score_mod``,
     or one dense mask for SDPA / the written-out softmax. A row that sees no key is zeros
     (``may_be_empty=False``: the caller knows every row sees a key, skip the test)."""
     H, gqa = q.shape[1], q.shape[1] != k.shape[1]
-    if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
+    if backend == "flex" and scores.sink_logits is not None:
+        _warn_once("flex-sink", "backend='flex' with sink_logits: FlexAttention's log-sum-exp is "
+                   "not compiled on CPU, so these calls run on 'sdpa' (an extra key per head)")
+    elif backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
         fn = _flex_fn()
         if fn is not None:
-            score_mod = scheme.position_score_mod(rule.q_pos, rule.k_pos, causal=rule.causal)
-            if score_mod is None and scheme.has_bias:
-                raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
-            block_mask = block_visibility(rule, H)
-            return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
+            return _flex_by_rule(fn, q, k, v, scheme, rule, scores, gqa)
     allowed = dense_visibility(rule)  # [B, 1, Lq, Lk]
     empty = ~allowed.any(-1, keepdim=True) if may_be_empty else None  # [B, 1, Lq, 1]
     if empty is not None:
         allowed = allowed | empty  # a row that sees no key attends to every key, then is zeroed
     bias = _rule_bias(scheme, rule, H, q.shape[-2], k.shape[-2], index_bias)  # [B | 1, H, Lq, Lk]
-    if backend == "math":
-        scores = q @ _repeat_kv(k, H // k.shape[1]).transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if bias is not None:
-            scores = scores + bias  # [B, H, Lq, Lk]
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        probs = F.dropout(scores.float().softmax(dim=-1), p=dropout_p).to(q.dtype)
-        out = probs @ _repeat_kv(v, H // k.shape[1])
+    if backend == "math" or scores.softcap is not None:  # SDPA cannot cap its scores
+        out = _math(q, k, v, bias, allowed, dropout_p, scores)
     else:
         mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
-        out = _sdpa(q, k, v, mask, dropout_p, gqa)
-    return out if empty is None else out.masked_fill(empty, 0.0)  # [B, H, Lq, Dh]
+        if scores.sink_logits is not None:
+            out = _sdpa_sink(q, k, v, mask, dropout_p, gqa, scores)
+        else:
+            out = _sdpa(q, k, v, mask, dropout_p, gqa, scale=scores.scale)
+    return out if empty is None else out.masked_fill(empty, 0.0)  # [B, H, Lq, Dv]
+
+
+def _math(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, allowed: Tensor | None,
+    dropout_p: float, scores: _Scores,
+) -> Tensor:
+    """The written-out softmax: ``q k^T * scale``, capped, plus the bias, masked, with the sink
+    logit in the denominator."""
+    g = q.shape[1] // k.shape[1]
+    s = q @ _repeat_kv(k, g).transpose(-2, -1)  # [B, H, Lq, Lk]
+    s = s / math.sqrt(q.shape[-1]) if scores.scale is None else s * scores.scale
+    if scores.softcap is not None:
+        s = torch.tanh(s.float() / scores.softcap) * scores.softcap
+    if bias is not None:
+        s = s + bias
+    if allowed is not None:
+        s = s.masked_fill(~allowed, float("-inf"))
+    if scores.sink_logits is not None:
+        sink = scores.sink_logits.float()[None, :, None, None].expand(*s.shape[:-1], 1)
+        probs = torch.cat([s.float(), sink], dim=-1).softmax(dim=-1)[..., :-1]  # sink dropped
+    else:
+        probs = s.float().softmax(dim=-1)
+    probs = F.dropout(probs, p=dropout_p).to(q.dtype)
+    return probs @ _repeat_kv(v, g)  # [B, H, Lq, Dv]
+
+
+def _sdpa_sink(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, gqa: bool, scores: _Scores
+) -> Tensor:
+    """SDPA with gpt-oss's sink logit: one extra key whose score is 0 plus the head's logit in
+    the float mask, and whose value is 0, so it only adds to the denominator."""
+    assert scores.sink_logits is not None
+    B, H, Lq = q.shape[0], q.shape[1], q.shape[-2]
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+    mask = mask.expand(B, H, Lq, -1)  # [B, H, Lq, Lk]
+    sink = scores.sink_logits.to(q.dtype)[None, :, None, None].expand(B, H, Lq, 1)
+    mask = torch.cat([mask, sink], dim=-1)  # [B, H, Lq, Lk + 1]
+    k = torch.cat([k, k.new_zeros(*k.shape[:-2], 1, k.shape[-1])], dim=-2)
+    v = torch.cat([v, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], dim=-2)
+    return _sdpa(q, k, v, mask, dropout_p, gqa, scale=scores.scale)
+
+
+def _flex_by_rule(
+    fn: Callable, q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, rule: Visibility,
+    scores: _Scores, gqa: bool,
+) -> Tensor:
+    """FlexAttention under the rule: the scheme's ``score_mod`` after the cap."""
+    score_mod = scheme.position_score_mod(rule.q_pos, rule.k_pos, causal=rule.causal)
+    if score_mod is None and scheme.has_bias:
+        raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
+    score_mod = _capped(score_mod, scores.softcap)
+    block_mask = block_visibility(rule, q.shape[1])
+    return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scores.scale,
+              enable_gqa=gqa)
+
+
+def _capped(score_mod: Callable | None, softcap: float | None) -> Callable | None:
+    """``score_mod`` applied after Gemma 2's cap ``c * tanh(s / c)``."""
+    if softcap is None:
+        return score_mod
+
+    def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        score = torch.tanh(score / softcap) * softcap
+        return score if score_mod is None else score_mod(score, b, h, q_idx, kv_idx)
+
+    return capped
 
 
 def _rule_bias(
@@ -460,16 +667,19 @@ def _rule_bias(
 
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, gqa: bool,
-          is_causal: bool = False) -> Tensor:
+          is_causal: bool = False, scale: float | None = None) -> Tensor:
     """SDPA with grouped-query heads (``enable_gqa`` where torch has it, else repeated k/v)."""
     if gqa:
         if _HAS_GQA:
             return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=True
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=True,
+                scale=scale,
             )
         g = q.shape[1] // k.shape[1]
         k, v = _repeat_kv(k, g), _repeat_kv(v, g)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+    )
 
 
 _HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
@@ -477,7 +687,7 @@ _HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
 
 def _attend_fast(
     q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, causal: bool, backend: str,
-    dropout_p: float,
+    dropout_p: float, scale: float | None = None,
 ) -> Tensor:
     """No padding, documents, window or moved keys: SDPA's ``is_causal`` or the scheme's cached
     ``[1, H, Lq, Lk]`` bias (queries are the last ``Lq`` keys, so every row sees a key)."""
@@ -495,7 +705,8 @@ def _attend_fast(
         fn = _flex_fn()
         if fn is not None:
             block_mask = causal_block_mask(q_len, k_len, q.device) if causal else None
-            return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=gqa)
+            return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                      enable_gqa=gqa)
 
     mask = scheme.attn_mask(q_len, k_len, causal=causal, dtype=q.dtype, device=q.device)
     if mask is not None and mask.shape[1] not in (1, q.shape[1]):  # [1, H, Lq, Lk]
@@ -504,7 +715,8 @@ def _attend_fast(
         )
     if backend == "math":
         g = q.shape[1] // k.shape[1]
-        scores = q @ _repeat_kv(k, g).transpose(-2, -1) / math.sqrt(q.shape[-1])  # [B, H, Lq, Lk]
+        scores = q @ _repeat_kv(k, g).transpose(-2, -1)  # [B, H, Lq, Lk]
+        scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
         if mask is not None:
             scores = scores + mask
         elif causal:
@@ -514,20 +726,22 @@ def _attend_fast(
 
     if mask is None:
         if causal and q_len == k_len:
-            return _sdpa(q, k, v, None, dropout_p, gqa, is_causal=True)
+            return _sdpa(q, k, v, None, dropout_p, gqa, is_causal=True, scale=scale)
         mask = causal_mask(q_len, k_len, q.device) if causal else None  # [Lq, Lk] bool
     elif (
         causal and q.device.type == "cpu" and q_len >= 2 * CAUSAL_CHUNK and not is_compiling()
         and torch.get_num_threads() == 1
     ):
         g = q.shape[1] // k.shape[1]
-        return _sdpa_causal_chunks(q, _repeat_kv(k, g), _repeat_kv(v, g), mask, dropout_p)
-    return _sdpa(q, k, v, mask, dropout_p, gqa)
+        return _sdpa_causal_chunks(q, _repeat_kv(k, g), _repeat_kv(v, g), mask, dropout_p, scale)
+    return _sdpa(q, k, v, mask, dropout_p, gqa, scale=scale)
 
 CAUSAL_CHUNK = 128
 
 
-def _sdpa_causal_chunks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float) -> Tensor:
+def _sdpa_causal_chunks(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, scale: float | None = None
+) -> Tensor:
     """SDPA with a causal float mask, one block of queries at a time against the keys up to the
     block's last query: the keys after it are ``-inf`` anyway. SDPA's CPU kernel skips the
     future only with ``is_causal``, which takes no bias; this skips it for a biased mask, about
@@ -543,6 +757,7 @@ def _sdpa_causal_chunks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p
         ke = off + e  # keys visible to the block's last query
         out.append(F.scaled_dot_product_attention(
             q[:, :, s:e], k[:, :, :ke], v[:, :, :ke], attn_mask=mask[..., s:e, :ke], dropout_p=dropout_p,
+            scale=scale,
         ))  # [B, H, e - s, Dh]
     return torch.cat(out, dim=-2)  # [B, H, Lq, Dh]
 

@@ -6,7 +6,9 @@ layout: query ``m`` may see key ``n`` when
 - ``causal``: ``n`` comes no later than ``m`` (by slot, or by position when the keys carry
   their own positions, e.g. gathered from other shards);
 - ``window=W``: ``m - W < n`` (W keys including itself, transformers' sliding-window rule;
-  Beltagy et al., 2020; without ``causal`` also ``n < m + W``);
+  Beltagy et al., 2020; without ``causal`` also ``n < m + W``); with ``sinks=S`` also every
+  ``n < S`` (StreamingLLM's attention sinks; Xiao et al., 2024);
+- a who-sees-whom matrix ``[B, Lq, Lk]`` (a speculative tree, a prefix-LM): its True pairs;
 - ``document_ids``: both are in the same document (packed rows);
 - ``attention_mask``: the key is a real token (not padding) and, in a static cache, written.
 
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 FLEX_BLOCK = 128  # FlexAttention's tile size
@@ -42,6 +45,8 @@ class Visibility:
     key_valid: Tensor | None  # [B, Lk] bool
     q_doc: Tensor | None  # [B, Lq]
     k_doc: Tensor | None  # [B, Lk]
+    sinks: int | None = None  # with window: the first S positions stay visible
+    pair: Tensor | None = None  # [B, Lq, Lk] bool, who may see whom (True = may see)
 
     def allowed(self, b: Any, qi: Any, ki: Any) -> Tensor:
         """Elementwise rule on broadcastable batch/query/key indices (dense or FlexAttention)."""
@@ -50,13 +55,18 @@ class Visibility:
         if self.causal:
             ok = ok & ((n <= m) if self.by_position else (ki <= self.q_slot[qi]))
         if self.window is not None:  # n > m - W: the int sum is [B, Lq, 1], only the test is wide
-            ok = ok & (n > m - self.window)  # W <= 2**63 - 1 and m >= 0: no int64 overflow
+            near = n > m - self.window  # W <= 2**63 - 1 and m >= 0: no int64 overflow
             if not self.causal:
-                ok = ok & (n - self.window < m)  # n < m + W, which could overflow int64
+                near = near & (n - self.window < m)  # n < m + W, which could overflow int64
+            if self.sinks:
+                near = near | (n < self.sinks)  # the attention sinks
+            ok = ok & near
         if self.q_doc is not None and self.k_doc is not None:
             ok = ok & (self.q_doc[b, qi] == self.k_doc[b, ki])
         if self.key_valid is not None:
             ok = ok & self.key_valid[b, ki]
+        if self.pair is not None:
+            ok = ok & self.pair[b, qi, ki]
         return ok
 
 
@@ -113,11 +123,13 @@ def block_visibility(rule: Visibility, num_heads: int) -> Any:
             every &= ks_hi[:, None] <= qs_lo[:, :, None]
     if rule.window is not None:
         W = rule.window
-        some &= qp_lo - kp_hi < W
-        every &= qp_hi - kp_lo < W
+        some_w, every_w = qp_lo - kp_hi < W, qp_hi - kp_lo < W
         if not rule.causal:
-            some &= kp_lo - qp_hi < W
-            every &= kp_hi - qp_lo < W
+            some_w, every_w = some_w & (kp_lo - qp_hi < W), every_w & (kp_hi - qp_lo < W)
+        if rule.sinks:
+            some_w, every_w = some_w | (kp_lo < rule.sinks), every_w | (kp_hi < rule.sinks)
+        some &= some_w
+        every &= every_w
     if rule.q_doc is not None and rule.k_doc is not None:
         qd_lo, qd_hi = _tiles(rule.q_doc, n)
         kd_lo, kd_hi = _tiles(rule.k_doc, n)
@@ -129,6 +141,11 @@ def block_visibility(rule: Visibility, num_heads: int) -> Any:
         v_lo, v_hi = _tiles(v, n)
         some &= (v_hi == 1)[:, None]
         every &= (v_lo == 1)[:, None]
+    if rule.pair is not None:  # any / every pair of a tile may see
+        p = F.pad(rule.pair, (0, (-Lk) % n, 0, (-Lq) % n), value=False)
+        p = p.reshape(B, p.shape[1] // n, n, p.shape[2] // n, n)  # [B, Nq, n, Nk, n]
+        some &= p.any(4).any(2)
+        every &= p.all(4).all(2)
     # a ragged last tile is never 'full' (flex would read past the end without mask_mod)
     if Lq % n:
         every[:, -1] = False
