@@ -114,7 +114,7 @@ def check_rows(name: str, value: object, B: int, L: int, *, labels: bool) -> Ten
             raise TypeError(f"{name} must be an integer tensor (document labels), got dtype {value.dtype}")
     else:
         value = check_positions(name, value)
-    rows_ok = value.dim() == 1 or (value.dim() == 2 and value.shape[0] in (1, B))
+    rows_ok = value.dim() == 1 or (value.dim() == 2 and (value.shape[0] == 1 or value.shape[0] == B))
     if not rows_ok or value.shape[-1] != L:
         raise ValueError(f"{name} must have shape [{L}] or [{B}, {L}], got {tuple(value.shape)}")
     return value
@@ -215,7 +215,8 @@ def check_embed_positions(x: Tensor, offset: object, positions: object) -> Tenso
             f"(add it to positions instead)"
         )
     positions = check_positions("positions", positions)
-    if positions.shape[-1] != L or (positions.dim() == 2 and positions.shape[0] not in (1, B)):
+    rows = positions.shape[0]
+    if positions.shape[-1] != L or (positions.dim() == 2 and rows != 1 and rows != B):
         raise ValueError(
             f"positions must have shape [{L}] or [{B}, {L}] to match x of shape {tuple(x.shape)}, "
             f"got {tuple(positions.shape)}"

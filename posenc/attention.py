@@ -352,7 +352,7 @@ def _pair_mask(mask: Tensor, cache: KVCache | None, B: int, Lq: int, Lk_new: int
     static = cache is not None and cache.max_len is not None
     Lk = mask.shape[-1]
     fits = Lk == want or (static and cache is not None and want <= Lk <= (cache.max_len or 0))
-    if mask.shape[0] not in (1, B) or mask.shape[1] != Lq or not fits:
+    if (mask.shape[0] != 1 and mask.shape[0] != B) or mask.shape[1] != Lq or not fits:
         where = (f"; the cache holds {held} keys from earlier calls (cache.reset() starts anew)"
                  if held else "")
         raise ValueError(
@@ -542,7 +542,7 @@ def _key_valid(
                 f"(or all max_len={Lk} slots)"
             )
         key_valid = F.pad(key_valid, (0, Lk - T), value=False)
-    if key_valid.shape[0] not in (1, B) or key_valid.shape[-1] != Lk:
+    if (key_valid.shape[0] != 1 and key_valid.shape[0] != B) or key_valid.shape[-1] != Lk:
         want = f"[{B}, {Lk}] (cached plus new keys)" if not static else (
             f"[{B}, T] with the cached plus new keys <= T <= max_len={Lk}")
         raise ValueError(f"attention_mask must have shape {want}, got {tuple(attention_mask.shape)}")

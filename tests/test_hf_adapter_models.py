@@ -21,7 +21,6 @@ The prompts (4 and 7 tokens) plus 6 generated tokens run past every window.
 from __future__ import annotations
 
 import copy
-import inspect
 
 import pytest
 import torch
@@ -35,8 +34,6 @@ from test_hf_adapter import (
     packed,
     pair,
 )
-
-import posenc
 
 transformers = pytest.importorskip("transformers")
 from torch._dynamo.testing import CompileCounter  # noqa: E402
@@ -109,20 +106,7 @@ def _models(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     return ref, ours
 
 
-_ATTEND = inspect.signature(posenc.attend).parameters
-_WAITING = {  # TODO(issue 27): drop once attend has them (the lead is adding them)
-    "gemma2": [n for n in ("scale", "softcap") if n not in _ATTEND],
-    "gpt_oss": [n for n in ("scale", "sink_logits") if n not in _ATTEND],
-}
-
-
-def _param(name: str):
-    missing = _WAITING.get(name)
-    mark = pytest.mark.xfail(strict=False, reason=f"posenc.attend has no {missing} yet")
-    return pytest.param(name, marks=mark) if missing else name
-
-
-@pytest.fixture(params=[_param(n) for n in FAMILIES])
+@pytest.fixture(params=list(FAMILIES))
 def family(request):
     return request.param
 
@@ -194,7 +178,7 @@ def test_the_family_setting_bites(family):
     assert diff.abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("family", ["llama", _param("gemma2")])
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
 def test_compiled_forward_and_static_generate(family):
     torch._dynamo.reset()  # no shapes seen by earlier tests: this test's own graphs only
     ref, ours = _models(family)
@@ -219,8 +203,6 @@ def test_compiled_forward_and_static_generate(family):
     torch.testing.assert_close(torch.stack(static.logits), torch.stack(eager.logits), **TOL)
 
 
-@pytest.mark.xfail(strict=False, reason="posenc._checks.check_rows tests `shape[0] in (1, B)`, "
-                   "which dynamo evaluates to False once B is a dynamic size (reported)")
 def test_compile_after_another_shape():
     # a recompile for a new batch shape makes the batch size dynamic (automatic dynamic shapes)
     torch._dynamo.reset()

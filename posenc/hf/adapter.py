@@ -471,7 +471,7 @@ def attention_forward(
         return _attend_packed(query, key, value, opts, rows, causal, sliding_window, scaling,
                               float(dropout)), None
     extra: dict[str, Any] = {}
-    if scaling is not None and scaling != query.shape[-1] ** -0.5:
+    if scaling is not None:
         extra["scale"] = float(scaling)
     if softcap is not None:
         extra["softcap"] = float(softcap)
