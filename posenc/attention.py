@@ -260,6 +260,8 @@ def attend(
     k, v, keys_pos, keys_doc, written, q_slot = _all_keys(
         k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq
     )  # k, v [B, H_kv, Lk, Dh | Dv]; positions [Lk] or [B, Lk]; ids [B, Lk]; written slots [Lk]
+    if window is not None and cache is not None and cache.evicted and not is_compiling():
+        _warn_hidden(keys_pos, q_pos, window, sinks)
     if written is not None:  # a static cache: only the written slots are keys
         key_valid = written[None] if key_valid is None else key_valid & written
     evicted = cache is not None and cache.evicted
@@ -386,6 +388,24 @@ def _varlen(
         q, k, v, scheme, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, causal=causal,
         window=window, scale=scale, backend=backend, dropout_p=dropout_p,
     )
+
+
+def _warn_hidden(keys_pos: Tensor, q_pos: Tensor, window: int, sinks: int | None) -> None:
+    """Warn when an evicted cache holds keys the window rule hides from every query now and
+    later (e.g. StreamingLLM's kept sinks under ``window=W`` without ``sinks=S``)."""
+    first = q_pos.min()  # later queries sit later: a key hidden from this one stays hidden
+    hidden = keys_pos <= first - window
+    if sinks:
+        hidden &= keys_pos >= sinks
+    if bool(hidden.any()):
+        shown = sorted(set(keys_pos[hidden].tolist()))
+        more = ", ..." if len(shown) > 8 else ""
+        warnings.warn(
+            f"the cache holds {int(hidden.reshape(-1, hidden.shape[-1]).any(0).sum())} key(s) that window={window} hides from every "
+            f"query (positions {str(shown[:8])[1:-1]}{more}): kept attention "
+            "sinks? pass sinks=S so the rule shows them, or evict them",
+            stacklevel=3,
+        )
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int, int]:
@@ -781,8 +801,9 @@ class MultiHeadAttention(nn.Module):
     (Ainslie et al., 2023; ``1`` is multi-query attention): keys and values have that many
     heads, each shared by ``num_heads / num_kv_heads`` query heads, and so does the cache.
     ``window=W`` makes every query see only its last ``W`` keys (itself included), as Mistral's
-    and Gemma's sliding-window layers. The ``embed`` hook is *not* applied here: the model
-    adds it to the token embeddings.
+    and Gemma's sliding-window layers; ``sinks=S`` keeps the first ``S`` positions visible too
+    (StreamingLLM's attention sinks), in training and prefill as in decoding. The ``embed`` hook
+    is *not* applied here: the model adds it to the token embeddings.
 
     ``layer_name`` (default ``"MultiHeadAttention#<n>"``, unique per layer made) names the layer
     in errors: a :class:`~posenc.cache.KVCache` is claimed by the first layer that writes it,
@@ -797,6 +818,7 @@ class MultiHeadAttention(nn.Module):
         *,
         num_kv_heads: int | None = None,
         window: int | None = None,
+        sinks: int | None = None,
         scheme: str | PositionScheme | None = "nope",
         causal: bool = True,
         backend: str = "sdpa",
@@ -817,6 +839,9 @@ class MultiHeadAttention(nn.Module):
                 f"num_heads={num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
             )
         self.window = None if window is None else check_window("window", window)
+        self.sinks = None if sinks is None else check_int("sinks", sinks, minimum=0)
+        if self.sinks and self.window is None:
+            raise ValueError(f"sinks={sinks} needs window=W (the window plus the first sinks positions)")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.head_dim = dim // num_heads
@@ -898,7 +923,7 @@ class MultiHeadAttention(nn.Module):
         y = attend(
             q, k, v, self.scheme, causal=self.causal, positions=positions, cache=cache,
             attention_mask=attention_mask, document_ids=document_ids, window=self.window,
-            backend=self.backend, dropout_p=self.dropout if self.training else 0.0,
+            sinks=self.sinks, backend=self.backend, dropout_p=self.dropout if self.training else 0.0,
         )  # [B, H, L, Dh]
         if cache is not None and cache.owner is None:
             cache.claim(self.layer_name)  # after the write: a refused call claims nothing

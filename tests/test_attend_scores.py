@@ -220,3 +220,36 @@ def test_varlen_through_attend():
     doc = torch.tensor([[0] * 4 + [1] * 7])
     want = posenc.attend(q[:1], k[:1], v[:1], ALiBi(H), document_ids=doc)
     torch.testing.assert_close(out, want[0].transpose(0, 1), atol=2e-6, rtol=2e-5)
+
+
+def test_window_over_kept_sinks_warns():
+    """A window=W call over a cache that kept sinks hides them: a warning names the keys,
+    and sinks=S makes the rule show them (no warning)."""
+    q, k, v = qkv(9)
+    scheme = ALiBi(H)
+    cache = posenc.KVCache()
+    posenc.attend(q[:, :, :8], k[:, :, :8], v[:, :, :8], scheme, cache=cache)
+    cache.evict(torch.tensor([0, 1, 5, 6, 7]))
+    one = (q[:, :, 8:9], k[:, :, 8:9], v[:, :, 8:9])
+    with pytest.warns(UserWarning, match=r"2 key\(s\) that window=4 hides .*\(positions 0, 1\)"):
+        posenc.attend(*one, scheme, cache=cache, window=4, positions=torch.tensor([8]))
+    cache.evict(torch.arange(5))  # drop the step just taken, keep the sinks and 5, 6, 7
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = posenc.attend(*one, scheme, cache=cache, window=4, sinks=2, positions=torch.tensor([8]))
+    i = torch.tensor([0, 1, 5, 6, 7, 8])
+    want = posenc.attend(q[:, :, 8:9], k[:, :, i], v[:, :, i], scheme, positions=torch.tensor([8]),
+                         key_positions=i)
+    torch.testing.assert_close(out, want, atol=2e-6, rtol=2e-5)
+
+
+def test_multihead_attention_sinks():
+    torch.manual_seed(0)
+    layer = posenc.MultiHeadAttention(32, 4, window=3, sinks=2, scheme="alibi")
+    x = torch.randn(2, 9, 32)
+    y = layer(x)
+    q, k, v = (t.transpose(1, 2) for t in layer.qkv(x).unflatten(-1, (3, 4, 8)).unbind(2))
+    want = posenc.attend(q, k, v, layer.scheme, window=3, sinks=2)
+    torch.testing.assert_close(y, layer.proj(want.transpose(1, 2).flatten(2)))
+    with pytest.raises(ValueError, match="sinks=2 needs window=W"):
+        posenc.MultiHeadAttention(32, 4, sinks=2)
