@@ -400,8 +400,9 @@ def _warn_hidden(keys_pos: Tensor, q_pos: Tensor, window: int, sinks: int | None
     if bool(hidden.any()):
         shown = sorted(set(keys_pos[hidden].tolist()))
         more = ", ..." if len(shown) > 8 else ""
+        count = int(hidden.reshape(-1, hidden.shape[-1]).any(0).sum())  # slots, over the rows
         warnings.warn(
-            f"the cache holds {int(hidden.reshape(-1, hidden.shape[-1]).any(0).sum())} key(s) that window={window} hides from every "
+            f"the cache holds {count} key(s) that window={window} hides from every "
             f"query (positions {str(shown[:8])[1:-1]}{more}): kept attention "
             "sinks? pass sinks=S so the rule shows them, or evict them",
             stacklevel=3,
