@@ -16,7 +16,6 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
-    MAX_POSITION,
     check_base,
     check_bool,
     check_device,
@@ -26,6 +25,9 @@ from ._checks import (
     check_int,
     check_tensor,
 )
+
+TABLE_LIMIT = 1 << 24
+"""The sinusoidal table ends below ``2**24``: its float32 positions are exact up to there."""
 
 
 def sinusoidal_table(
@@ -50,10 +52,10 @@ def sinusoidal_table(
     interleaved = check_bool("interleaved", interleaved)
     dtype = check_dtype("dtype", dtype)
     device = check_device("device", device, available=True)
-    if offset + num_positions > MAX_POSITION:
+    if offset + num_positions > TABLE_LIMIT:
         raise ValueError(
-            f"offset + num_positions must be <= 2**24 = {MAX_POSITION} (float32 positions are exact "
-            f"only up to there), got {offset} + {num_positions}"
+            f"offset + num_positions must be <= 2**24 = {TABLE_LIMIT} (the table's angles are "
+            f"float32 products, exact positions only up to there), got {offset} + {num_positions}"
         )
     work = torch.float64 if dtype == torch.float64 else torch.float32
     half = (dim + 1) // 2  # number of frequencies; the cos block is dim // 2 wide
