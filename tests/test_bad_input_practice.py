@@ -96,7 +96,7 @@ CASES = [
     ("attend", lambda: attend(Q, KV, KV, positions=torch.arange(6).expand(3, 6)), ValueError, "positions must have shape [6] or [2, 6], got (3, 6)"),
     ("attend", lambda: attend(Q, KV, KV, key_positions=torch.arange(6.0)), TypeError, "key_positions must be an integer tensor"),
     ("attend", lambda: attend(Q, KV, KV, attention_mask=torch.ones(3, 6)), ValueError, "attention_mask must have shape [2, 6] (cached plus new keys), got (3, 6)"),
-    ("attend", lambda: attend(Q, KV, KV, attention_mask=torch.zeros(2, 1, 6, 6)), ValueError, "attention_mask must have shape [B, L]"),
+    ("attend", lambda: attend(Q, KV, KV, attention_mask=torch.zeros(2, 1, 6, 6)), TypeError, "must be bool (True = may see)"),
     ("attend", lambda: attend(Q, KV, KV, attention_mask=torch.full((2, 6), float("-inf"))), ValueError, "attention_mask must hold only 0 and 1"),
     ("attend", lambda: attend(Q, KV, KV, window=-2), ValueError, "window must be an int >= 1, got -2"),
     ("attend", lambda: attend(Q, KV, KV, window=True), TypeError, "window must be an int, got True (bool)"),
