@@ -161,7 +161,12 @@ class LearnedPE(PositionScheme):
 
 
 class RoPE(PositionScheme):
-    """Su et al. (2021): rotate queries and keys by their positions."""
+    """Su et al. (2021): rotate queries and keys by their positions.
+
+    The keyword arguments go to :class:`~posenc.rope.RotaryEmbedding`. Its default layout is
+    ``interleaved=True``: channel pairs ``(0, 1), (2, 3), ...`` (RoFormer, Meta's LLaMA code).
+    Hugging Face models (Llama, Qwen, Mistral) rotate ``(i, i + d/2)``: pass
+    ``interleaved=False`` for their weights (the two layouts give different answers)."""
 
     name = "rope"
 
@@ -408,7 +413,9 @@ def make_scheme(
     ``dim`` is the model width (the embed schemes) and ``num_heads`` the head count; RoPE rotates
     ``dim // num_heads`` channels per head. ``max_len`` is required for ``"learned"``. A T5 bias
     in a causal model buckets only the past (``bidirectional=False``). Extra keyword arguments go
-    to the scheme (e.g. ``base`` or ``scaling`` for RoPE, ``scale`` for sinusoidal).
+    to the scheme (e.g. ``base`` or ``scaling`` for RoPE, ``scale`` for sinusoidal). RoPE's
+    default layout is ``interleaved=True`` (pairs ``(0, 1), (2, 3), ...``); Hugging Face's
+    Llama-family weights need ``interleaved=False`` (pairs ``(i, i + d/2)``).
     """
     if name is None:
         name = "nope"
