@@ -883,7 +883,8 @@ class MultiHeadAttention(nn.Module):
         ``document_ids``). With a ``cache`` (a :class:`~posenc.cache.KVCache`, one per layer)
         the new keys and values are appended to it and the queries see every cached token:
         decoding one token at a time gives the outputs of one full pass. ``attention_mask``
-        ``[B, T]`` (1 = real token, over cached plus new tokens) and ``document_ids [B, L]`` are
+        ``[B, T]`` (1 = real token, over cached plus new tokens), or a bool who-sees-whom matrix
+        ``[B, L, T]`` (a speculative tree; see :func:`attend`), and ``document_ids [B, L]`` are
         passed to :func:`attend`. The scheme's ``embed`` hook is the model's job, not this
         layer's. Dropout on the attention weights acts in training mode.
 
