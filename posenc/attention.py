@@ -250,6 +250,16 @@ def attend(
     q_pos, k_pos, doc = _positions(q, k, positions, key_positions, document_ids, cache)
     # every argument is checked before the cache is written: a refused call leaves it as it was
     pair = None
+    if attention_mask is not None and not isinstance(attention_mask, Tensor):
+        raise TypeError(
+            f"attention_mask must be a torch.Tensor ([B, T] padding, or a bool [B, Lq, Lk] / "
+            f"[B, 1, Lq, Lk] who-sees-whom matrix), got {type(attention_mask).__name__}"
+        )
+    if attention_mask is not None and attention_mask.dim() > 4:
+        raise ValueError(
+            "attention_mask must have shape [B, T] (1 = real token), or be a bool [B, Lq, Lk] or "
+            f"[B, 1, Lq, Lk] who-sees-whom matrix, got {tuple(attention_mask.shape)}"
+        )
     if attention_mask is not None and attention_mask.dim() in (3, 4):
         pair, attention_mask = _pair_mask(attention_mask, cache, B, Lq, k.shape[-2]), None
     key_valid = _key_valid(attention_mask, cache, B, Lq, k.shape[-2], q.device)  # [1 | B, Lk]
@@ -326,6 +336,10 @@ def _check_scores(
             raise ValueError(
                 f"sink_logits must have shape [{q.shape[1]}] (one logit per query head), got "
                 f"{tuple(sink_logits.shape)}"
+            )
+        if not is_compiling() and bool((sink_logits.isnan() | (sink_logits == float("inf"))).any()):
+            raise ValueError(
+                f"sink_logits must be finite or -inf (no sink), got {sink_logits.tolist()}"
             )
         sink_logits = sink_logits.to(q.device)
     return _Scores(scale, softcap, sink_logits)
@@ -414,7 +428,9 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int,
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, floating=True)
         if t.dim() != 4:
-            raise ValueError(f"{name} must have shape [B, H, L, Dh], got {tuple(t.shape)}")
+            hint = (" ([total, H, D] is flash-attn's varlen layout: give cu_seqlens= too)"
+                    if t.dim() == 3 else "")
+            raise ValueError(f"{name} must have shape [B, H, L, Dh], got {tuple(t.shape)}{hint}")
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.device != k.device or q.device != v.device:

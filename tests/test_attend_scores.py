@@ -198,6 +198,11 @@ BAD = [
      f"must have shape [{B}, {L}, {L}]"),
     (dict(attention_mask=torch.ones(B, H, L, L, dtype=torch.bool)), ValueError,
      "[B, 1, Lq, Lk] (one matrix for every head)"),
+    (dict(sink_logits=torch.tensor([0.0, float("nan"), 0.0, 0.0])), ValueError,
+     "sink_logits must be finite or -inf"),
+    (dict(attention_mask=[[1] * L] * B), TypeError, "attention_mask must be a torch.Tensor"),
+    (dict(attention_mask=torch.ones(B, 1, 1, L, L, dtype=torch.bool)), ValueError,
+     "or be a bool [B, Lq, Lk] or [B, 1, Lq, Lk] who-sees-whom matrix"),
     (dict(max_seqlen=4), ValueError, "max_seqlen=4 is given without cu_seqlens"),
     (dict(cu_seqlens=torch.tensor([0, 11], dtype=torch.int32), positions=torch.arange(L)),
      ValueError, "attend takes no positions"),
@@ -210,6 +215,12 @@ def test_bad_input(kwargs, error, text):
     with pytest.raises(error) as info:
         posenc.attend(q, k, v, **kwargs)
     assert text in str(info.value)
+
+
+def test_flat_layout_without_cu_seqlens_names_it():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="varlen layout: give cu_seqlens= too"):
+        posenc.attend(q[0], k[0], v[0])
 
 
 def test_varlen_through_attend():

@@ -204,3 +204,17 @@ def test_gradient_checkpointing_and_a_deep_copy_keep_the_scheme():
     ids, mask = left_padded()
     want = logits(model, ids, attention_mask=mask)
     torch.testing.assert_close(logits(twin, ids, attention_mask=mask), want)
+
+
+@pytest.mark.parametrize("swaps", [["alibi", "alibi"], ["alibi", "t5"], ["rope", "nope", "alibi"]])
+def test_swapping_twice_then_none_restores_the_models_rope(swaps):
+    """Any number of swaps, then use(model): the model's own RoPE again, logits equal to
+    transformers' own attention (a stand-in must never wrap another stand-in)."""
+    ref, ours = pair(LlamaForCausalLM, llama_config())
+    for scheme in swaps:
+        posenc.hf.use(ours, scheme)
+    posenc.hf.use(ours)
+    ids, mask = left_padded()
+    real = mask.bool()
+    torch.testing.assert_close(logits(ours, ids, attention_mask=mask)[real],
+                               logits(ref, ids, attention_mask=mask)[real], **TOL)

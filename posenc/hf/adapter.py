@@ -336,6 +336,8 @@ def _rotaries(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
     identity stand-ins included."""
     found = []
     for parent in model.modules():
+        if isinstance(parent, _Unrotated):
+            continue  # never look inside a stand-in: its original is not a second rotary
         for attr, child in parent.named_children():
             if isinstance(child, _Unrotated) or type(child).__name__.endswith("RotaryEmbedding"):
                 found.append((parent, attr, child))
