@@ -191,11 +191,7 @@ def decode_table(args) -> None:
 
             def run():
                 for c in caches:  # rewind to the prompt: the steps overwrite their own slots
-                    if c.static:
-                        c.filled.fill_(P)
-                    else:
-                        c.k, c.v, c.positions = c.k[:, :, :P], c.v[:, :, :P], c.positions[:, :P]
-                        c.seen = P
+                    c.crop(P)
                 return steps(fn, caches, first)
             return run
 

@@ -14,7 +14,7 @@ import types
 from .alibi import alibi_bias, alibi_bias_padded, alibi_score_mod, alibi_slopes
 from .attention import MultiHeadAttention, attend, causal_block_mask, causal_mask
 from .axial import axial_rope_cos_sin
-from .cache import KVCache, LayerCaches
+from .cache import KVCache, LayerCaches, streaming_keep
 from .device import default_device
 from .learned import LearnedPositionalEmbedding
 from .mla import mla_rope
@@ -136,5 +136,6 @@ __all__ = [
     "rotate_every_two",
     "rotate_half",
     "sinusoidal_table",
+    "streaming_keep",
     "t5_relative_bucket",
 ]

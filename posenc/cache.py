@@ -54,8 +54,10 @@ class KVCache:
         self.positions: Tensor | None = None  # [B, T] int64
         self.document_ids: Tensor | None = None  # [B, T]
         self.filled: Tensor | None = None  # static: 0-dim int64, slots written so far
-        self.seen = 0  # dynamic: tokens appended so far (evict does not change it)
+        self.seen = 0  # growing: tokens appended (kept for compatibility; positions do not use it)
+        self.next_start: Tensor | None = None  # [B] int64: each row's highest stored position + 1
         self.evicted = False
+        self.rows_agree = True  # no row was given positions of its own since the last reset
         self.owner: str | None = None  # the layer that wrote it (MultiHeadAttention.layer_name)
 
     def claim(self, layer: str) -> None:
@@ -85,10 +87,45 @@ class KVCache:
         return self.k.shape[-2]
 
     def next_positions(self, length: int, device: torch.device) -> Tensor:
-        """Default positions of ``length`` new tokens: they follow every token seen so far."""
+        """Default positions of ``length`` new tokens: each row's highest stored position + 1
+        onwards (so they follow a left-padded prefill and a rollback by :meth:`crop` or
+        :meth:`evict`); ``arange(L)`` while empty. ``[L]`` while every row has the same next
+        position (no row was given positions of its own since :meth:`reset`), else ``[B, L]``."""
         length = check_int("length", length, minimum=0)
-        start = self.filled if self.filled is not None else self.seen
-        return start + torch.arange(length, device=device)  # [L]
+        steps = torch.arange(length, device=device)
+        if self.next_start is None:
+            return steps  # [L]
+        if self.rows_agree:  # every row has the same next position: [L], as a batch of any size
+            return self.next_start[0].to(device) + steps  # [L]
+        return self.next_start.to(device)[:, None] + steps  # [B, L]
+
+    def _written(self) -> Tensor | None:
+        """``[T]`` bool, the written slots of a static cache (None for a growing one)."""
+        if self.filled is None or self.k is None:
+            return None
+        return torch.arange(self.k.shape[-2], device=self.k.device) < self.filled
+
+    def _recompute_next(self) -> None:
+        """Each row's next position from the keys it holds (after evict, crop, select)."""
+        if self.positions is None:
+            self.next_start = None
+            return
+        written = self._written()
+        pos = self.positions + 1 if written is None else torch.where(written, self.positions + 1, 0)
+        nxt = pos.amax(-1) if pos.shape[-1] else pos.new_zeros(pos.shape[0])  # [B]
+        if self.static and self.next_start is not None and self.next_start.shape == nxt.shape:
+            self.next_start.copy_(nxt)  # in place: a compiled step keeps reading this tensor
+        else:
+            self.next_start = nxt
+
+    def _refill_after_reset(self) -> bool:
+        """A static cache that holds no keys (after :meth:`reset`) may take another batch
+        shape: drop its buffers so the next update allocates new ones. True if dropped."""
+        if not self.static or self.filled is None or is_compiling() or int(self.filled):
+            return False
+        self.k = self.v = self.positions = self.document_ids = None
+        self.filled = self.next_start = None
+        return True
 
     def _check_new(self, k: Tensor, v: Tensor) -> None:
         for name, t in (("k", k), ("v", v)):
@@ -102,10 +139,18 @@ class KVCache:
                 f"{k.dtype} {k.device} and {tuple(v.shape)} {v.dtype} {v.device}"
             )
         if self.k is not None and self.v is not None:
+            mismatch = (k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]
+                        or v.shape[-1] != self.v.shape[-1] or k.dtype != self.k.dtype
+                        or k.device != self.k.device)
+            if mismatch and self._refill_after_reset():
+                return
+        if self.k is not None and self.v is not None:
             if k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]:
+                held = len(self)
                 raise ValueError(
                     f"new k {tuple(k.shape)} does not match the cached keys {tuple(self.k.shape)} "
-                    "(batch, heads and head_dim must agree)"
+                    f"(batch, heads and head_dim must agree): the cache holds {held} keys from "
+                    "earlier calls; cache.reset() empties it to start a new batch"
                 )
             if v.shape[-1] != self.v.shape[-1]:
                 raise ValueError(
@@ -142,10 +187,13 @@ class KVCache:
         B, L = k.shape[0], k.shape[-2]
         if positions is None:
             positions = self.next_positions(L, k.device)
+        elif positions.dim() > 1 and positions.shape[0] > 1 and self.rows_agree:
+            self.rows_agree = False  # positions of each row's own: [B, L] defaults from now on
         pos = positions.to(k.device, torch.long).expand(B, L)  # [B, L]
         if document_ids is not None:
             document_ids = document_ids.to(k.device).expand(B, L)  # [B, L]
-        if (document_ids is None) != (self.document_ids is None) and self.k is not None:
+        if ((document_ids is None) != (self.document_ids is None) and self.k is not None
+                and not self._refill_after_reset()):
             raise ValueError(
                 "document_ids must be given on every call with this cache or on none "
                 f"(the cache {'has' if self.document_ids is not None else 'has no'} document ids)"
@@ -161,6 +209,11 @@ class KVCache:
             if document_ids is not None and self.document_ids is not None:
                 self.document_ids = torch.cat([self.document_ids, document_ids], dim=-1)
         self.seen += L
+        if L:
+            top = pos.amax(-1) + 1  # [B]
+            self.next_start = top if self.next_start is None else torch.maximum(self.next_start, top)
+        elif self.next_start is None:
+            self.next_start = pos.new_zeros(B)
         T = self.k.shape[-2]
         return CacheView(self.k, self.v, self.positions, self.document_ids, None, T - L)
 
@@ -173,20 +226,23 @@ class KVCache:
         if not is_compiling() and L > N:  # before the first update allocates anything
             raise ValueError(
                 f"KVCache(max_len={N}) holds {len(self)} tokens and cannot take {L} more; "
-                "make max_len larger"
+                "make max_len larger (a sliding-window layer's cache needs only the last W "
+                "keys: evict on a growing cache, or a rolling cache in a later release)"
             )
         if self.k is None:
             self.k = k.new_zeros(B, H, N, D)  # [B, H_kv, N, D_h]
             self.v = v.new_zeros(B, H, N, v.shape[-1])  # [B, H_kv, N, D_v]
             self.positions = torch.zeros(B, N, dtype=torch.long, device=k.device)  # [B, N]
             self.filled = torch.zeros((), dtype=torch.long, device=k.device)
+            self.next_start = torch.zeros(B, dtype=torch.long, device=k.device)  # [B]
             if document_ids is not None:
                 self.document_ids = torch.full((B, N), -1, dtype=document_ids.dtype, device=k.device)
         assert self.v is not None and self.positions is not None and self.filled is not None
         if not is_compiling() and int(self.filled) + L > N:
             raise ValueError(
                 f"KVCache(max_len={N}) holds {int(self.filled)} tokens and cannot take {L} more; "
-                "make max_len larger"
+                "make max_len larger (a sliding-window layer's cache needs only the last W "
+                "keys: evict on a growing cache, or a rolling cache in a later release)"
             )
         start = self.filled.clone()
         slots = start + torch.arange(L, device=k.device)  # [L]
@@ -196,6 +252,9 @@ class KVCache:
         if document_ids is not None and self.document_ids is not None:
             self.document_ids.index_copy_(1, slots, document_ids.to(self.document_ids.dtype))
         self.filled.add_(L)
+        assert self.next_start is not None
+        if L:
+            self.next_start.copy_(torch.maximum(self.next_start, pos.amax(-1) + 1))
         valid = torch.arange(N, device=k.device) < self.filled  # [N]
         return CacheView(self.k, self.v, self.positions, self.document_ids, valid, start)
 
@@ -242,6 +301,114 @@ class KVCache:
         if self.document_ids is not None:
             self.document_ids = self.document_ids[:, keep]
         self.evicted = True
+        self._recompute_next()
+
+    def reset(self) -> None:
+        """Empty the cache for a new batch. A static cache keeps its buffers and zeroes its
+        write pointer in place (a compiled step stays valid; a new batch shape reallocates on
+        the next update). The owning layer is kept."""
+        self.seen = 0
+        self.evicted = False
+        self.rows_agree = True
+        if self.static and self.filled is not None:
+            self.filled.zero_()
+            if self.next_start is not None:
+                self.next_start.zero_()
+            return
+        self.k = self.v = self.positions = self.document_ids = None
+        self.filled = self.next_start = None
+
+    def _check_crop(self, n: object) -> int:
+        """``n`` as the number of slots to keep, checked against what the cache holds."""
+        n = check_int("n", n)
+        held = len(self)
+        if not -held <= n <= held:
+            raise ValueError(
+                f"crop: n must be in [{-held}, {held}] (the cache holds {held} keys; a negative n "
+                f"drops the last -n), got {n}"
+            )
+        return n + held if n < 0 else n
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` slots (speculative rollback); a negative ``n`` drops the last
+        ``-n``, as transformers' ``DynamicCache.crop``. A static cache crops in place (its write
+        pointer moves back; a compiled step stays valid). Later default positions follow the
+        kept keys."""
+        n = self._check_crop(n)
+        self.rows_agree = self.rows_agree or n == 0
+        if self.k is None or self.v is None or self.positions is None:
+            return  # empty: only n = 0 passes the check
+        if self.filled is not None:
+            self.filled.fill_(n)
+        else:
+            self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
+            self.positions = self.positions[:, :n]
+            if self.document_ids is not None:
+                self.document_ids = self.document_ids[:, :n]
+        self._recompute_next()
+
+    def _check_select(self, batch_index: object) -> Tensor:
+        """``batch_index`` as a 1-D int64 tensor of rows in ``[0, B)``, checked."""
+        if isinstance(batch_index, (list, tuple)):
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in batch_index):
+                raise TypeError(f"batch_index must hold ints (rows), got {list(batch_index)!r}")
+            batch_index = torch.tensor(list(batch_index), dtype=torch.long)
+        if not isinstance(batch_index, Tensor):
+            raise TypeError(
+                f"batch_index must be a 1-D integer tensor or a list of ints, got "
+                f"{type(batch_index).__name__}"
+            )
+        if batch_index.dtype == torch.bool or batch_index.is_floating_point() or batch_index.is_complex():
+            raise TypeError(f"batch_index must be an integer tensor, got {batch_index.dtype}")
+        if batch_index.dim() != 1 or batch_index.numel() == 0:
+            raise ValueError(
+                f"batch_index must be 1-D with at least one row, got shape {tuple(batch_index.shape)}"
+            )
+        if self.k is None:
+            raise ValueError("select: the cache is empty (no rows to select)")
+        B = self.k.shape[0]
+        lo, hi = int(batch_index.min()), int(batch_index.max())
+        if lo < -B or hi >= B:
+            raise ValueError(
+                f"batch_index must name rows of the {B} the cache holds (in [{-B}, {B})), got "
+                f"values from {lo} to {hi}"
+            )
+        return batch_index.to(self.k.device, torch.long) % B
+
+    def select(self, batch_index: Tensor | Sequence[int]) -> None:
+        """Keep or reorder the cached rows: row ``i`` becomes the old row ``batch_index[i]``
+        (beam search, dropping finished rows). A static cache with the same batch size is
+        rewritten in place (a compiled step stays valid); otherwise new tensors."""
+        idx = self._check_select(batch_index)
+        assert self.k is not None and self.v is not None and self.positions is not None
+        names = ("k", "v", "positions", "document_ids", "next_start")
+        if self.static and idx.numel() == self.k.shape[0]:
+            for name in names:
+                t = getattr(self, name)
+                if t is not None:
+                    t.copy_(t[idx])
+            return
+        for name in names:
+            t = getattr(self, name)
+            if t is not None:
+                setattr(self, name, t[idx])
+
+
+def streaming_keep(length: int, sinks: int, window: int) -> tuple[Tensor, Tensor]:
+    """StreamingLLM's eviction for a cache of ``length`` keys at positions ``0 .. length - 1``
+    inside the cache: keep the first ``sinks`` keys and the latest ``window``; the kept keys
+    take positions ``0 .. len(keep) - 1``. Returns ``(keep, delta)``, both int64 ``[K]``: the
+    slots kept (pass ``keep`` to :meth:`KVCache.evict`) and each kept key's change of position
+    (new minus old, ``<= 0``). Nothing is evicted (``delta`` all 0) while
+    ``length <= sinks + window``."""
+    length = check_int("length", length, minimum=0)
+    sinks = check_int("sinks", sinks, minimum=0)
+    window = check_int("window", window, minimum=1)
+    if length <= sinks + window:
+        keep = torch.arange(length)
+    else:
+        keep = torch.cat([torch.arange(sinks), torch.arange(length - window, length)])
+    return keep, torch.arange(len(keep)) - keep
 
 
 class LayerCaches(Sequence[KVCache]):
@@ -272,6 +439,32 @@ class LayerCaches(Sequence[KVCache]):
 
     def __len__(self) -> int:
         return len(self.layers)
+
+    def reset(self) -> None:
+        """Empty every layer's cache (see :meth:`KVCache.reset`)."""
+        for cache in self.layers:
+            cache.reset()
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` slots of every layer (see :meth:`KVCache.crop`); checked on
+        every layer before any is cropped."""
+        for cache in self.layers:
+            cache._check_crop(n)
+        for cache in self.layers:
+            cache.crop(n)
+
+    def select(self, batch_index: Tensor | Sequence[int]) -> None:
+        """Keep or reorder the rows of every layer (see :meth:`KVCache.select`); checked on
+        every layer before any is changed."""
+        for cache in self.layers:
+            cache._check_select(batch_index)
+        for cache in self.layers:
+            cache.select(batch_index)
+
+    def evict(self, keep: Tensor) -> None:
+        """Keep the slots ``keep`` in every layer (see :meth:`KVCache.evict`)."""
+        for cache in self.layers:
+            cache.evict(keep)
 
     def __iter__(self) -> Iterator[KVCache]:
         return iter(self.layers)

@@ -10,7 +10,7 @@ served and trained models run, with a visibility rule, a streaming cache, packed
   sliding window (Xiao et al., 2024, StreamingLLM), keys keeping their original positions or
   taking StreamingLLM's positions inside the cache; in the second case only the sinks are
   re-rotated, each step from a copy that is never overwritten, by their total shift
-  (:func:`streaming_keep` gives StreamingLLM's own bookkeeping: the slots kept and how far each
+  (:func:`~posenc.cache.streaming_keep` gives StreamingLLM's own bookkeeping: the slots kept and how far each
   key moves);
 - :func:`rotate_by`: turn rotated keys by a further ``delta`` positions (negative allowed);
 - :func:`first_fit` and :func:`causal_work`: packing documents into rows, and the causal work
@@ -36,7 +36,7 @@ from torch import Tensor
 
 import posenc
 from posenc.attention import MultiHeadAttention
-from posenc.cache import KVCache
+from posenc.cache import KVCache, streaming_keep
 from posenc.schemes import PositionScheme
 
 from .model import Block, TransformerLM
@@ -134,23 +134,6 @@ def rotate_by(x: Tensor, delta: Tensor, inv_freq: Tensor, *, interleaved: bool =
     cos, sin = posenc.rope_cos_sin(delta.abs(), inv_freq, interleaved=interleaved)  # [T, Dh]
     sin = sin * delta.sign()[:, None].to(sin.dtype)
     return posenc.apply_rope(x, cos, sin, interleaved=interleaved)
-
-
-def streaming_keep(length: int, sinks: int, window: int) -> tuple[Tensor, Tensor]:
-    """StreamingLLM's eviction for a cache of ``length`` keys at positions ``0 .. length - 1``
-    inside the cache: keep the first ``sinks`` keys and the latest ``window``; the kept keys
-    take positions ``0 .. len(keep) - 1``. Returns ``(keep, delta)``, both int64 ``[K]``: the
-    slots kept and each kept key's change of position (new minus old, ``<= 0``). Nothing is
-    evicted (``delta`` all 0) while ``length <= sinks + window``."""
-    if window < 1 or sinks < 0 or length < 0:
-        raise ValueError(
-            f"length and sinks must be >= 0 and window >= 1, got {length}, {sinks}, {window}"
-        )
-    if length <= sinks + window:
-        keep = torch.arange(length)
-    else:
-        keep = torch.cat([torch.arange(sinks), torch.arange(length - window, length)])
-    return keep, torch.arange(len(keep)) - keep
 
 
 def stream(
