@@ -267,11 +267,14 @@ def attend(
         q, k = scheme.rotate(q, k, q_pos)  # [B, H, L, Dh], [B, H_kv, L, Dh]
     else:
         q, k = scheme.rotate(q, k, q_pos, k_pos)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
+    new_valid = _new_valid(key_valid, cache, B, Lq)  # [B, Lq] or None: the cache remembers it
     k, v, keys_pos, keys_doc, written, q_slot = _all_keys(
-        k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq
+        k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq, new_valid
     )  # k, v [B, H_kv, Lk, Dh | Dv]; positions [Lk] or [B, Lk]; ids [B, Lk]; written slots [Lk]
     if window is not None and cache is not None and cache.evicted and not is_compiling():
         _warn_hidden(keys_pos, q_pos, window, sinks)
+    if cache is not None and cache.valid is not None:  # padding it was shown earlier stays hidden
+        key_valid = cache.valid if key_valid is None else key_valid & cache.valid
     if written is not None:  # a static cache: only the written slots are keys
         key_valid = written[None] if key_valid is None else key_valid & written
     evicted = cache is not None and cache.evicted
@@ -541,13 +544,29 @@ def _check_runs(doc: Tensor, cache: KVCache | None) -> None:
         )
 
 
+def _new_valid(key_valid: Tensor | None, cache: KVCache | None, B: int, Lq: int) -> Tensor | None:
+    """``[B, Lq]`` bool, which new keys the 2-D mask calls real, for the cache to remember;
+    None without a mask (or, eagerly, when a growing cache has seen no padding at all)."""
+    if key_valid is None or cache is None:
+        return None
+    if cache.static:  # the mask spans every slot: the new keys sit from the write pointer on
+        start = cache.filled if cache.filled is not None else torch.zeros((), dtype=torch.long)
+        slots = start.to(key_valid.device) + torch.arange(Lq, device=key_valid.device)
+        return key_valid.index_select(1, slots).expand(B, Lq)
+    new = key_valid[:, key_valid.shape[-1] - Lq:].expand(B, Lq)  # [B, Lq]
+    if cache.valid is None and not is_compiling() and bool(new.all()):
+        return None  # nothing to remember: the fast path stays open
+    return new
+
+
 def _all_keys(
-    k: Tensor, v: Tensor, k_pos: Tensor, doc: Tensor | None, cache: KVCache | None, Lq: int
+    k: Tensor, v: Tensor, k_pos: Tensor, doc: Tensor | None, cache: KVCache | None, Lq: int,
+    new_valid: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None, Tensor | int]:
     """Every key the queries attend over, as a :class:`~posenc.cache.CacheView`'s fields: the
     cache's after adding the new keys, or the new keys alone."""
     if cache is not None:
-        return cache._update(k, v, k_pos, doc)
+        return cache._update(k, v, k_pos, doc, new_valid)
     return k, v, k_pos, doc, None, k.shape[-2] - Lq  # a plain tuple: cheaper than a CacheView
 
 

@@ -56,6 +56,7 @@ class KVCache:
         self.filled: Tensor | None = None  # static: 0-dim int64, slots written so far
         self.seen = 0  # growing: tokens appended (kept for compatibility; positions do not use it)
         self.next_start: Tensor | None = None  # [B] int64: each row's highest stored position + 1
+        self.valid: Tensor | None = None  # [B, T] bool: False = a padding key (None: none seen)
         self.evicted = False
         self.rows_agree = True  # no row was given positions of its own since the last reset
         self.owner: str | None = None  # the layer that wrote it (MultiHeadAttention.layer_name)
@@ -112,6 +113,8 @@ class KVCache:
             return
         written = self._written()
         pos = self.positions + 1 if written is None else torch.where(written, self.positions + 1, 0)
+        if self.valid is not None:  # padding keys do not count
+            pos = torch.where(self.valid, pos, 0)
         nxt = pos.amax(-1) if pos.shape[-1] else pos.new_zeros(pos.shape[0])  # [B]
         if self.static and self.next_start is not None and self.next_start.shape == nxt.shape:
             self.next_start.copy_(nxt)  # in place: a compiled step keeps reading this tensor
@@ -123,7 +126,7 @@ class KVCache:
         shape: drop its buffers so the next update allocates new ones. True if dropped."""
         if not self.static or self.filled is None or is_compiling() or int(self.filled):
             return False
-        self.k = self.v = self.positions = self.document_ids = None
+        self.k = self.v = self.positions = self.document_ids = self.valid = None
         self.filled = self.next_start = None
         return True
 
@@ -179,10 +182,13 @@ class KVCache:
         return self._update(k, v, positions, document_ids)
 
     def _update(
-        self, k: Tensor, v: Tensor, positions: Tensor | None, document_ids: Tensor | None
+        self, k: Tensor, v: Tensor, positions: Tensor | None, document_ids: Tensor | None,
+        new_valid: Tensor | None = None,
     ) -> CacheView:
         """``update`` with positions and document ids :func:`~posenc.attention.attend` has
-        already checked (``k`` and ``v`` are checked against the cache here)."""
+        already checked (``k`` and ``v`` are checked against the cache here). ``new_valid``
+        ``[B, L]`` bool: which new keys are real tokens (False = padding); the cache remembers
+        it, so a later call without a mask still hides the padding (:attr:`valid`)."""
         self._check_new(k, v)
         B, L = k.shape[0], k.shape[-2]
         if positions is None:
@@ -198,8 +204,17 @@ class KVCache:
                 "document_ids must be given on every call with this cache or on none "
                 f"(the cache {'has' if self.document_ids is not None else 'has no'} document ids)"
             )
+        if new_valid is not None:
+            new_valid = new_valid.to(k.device, torch.bool).expand(B, L)  # [B, L]
         if self.static:
-            return self._update_static(k, v, pos, document_ids)
+            return self._update_static(k, v, pos, document_ids, new_valid)
+        if new_valid is not None or self.valid is not None:  # remember the padding
+            T_old = 0 if self.k is None else self.k.shape[-2]
+            old = self.valid if self.valid is not None else torch.ones(
+                B, T_old, dtype=torch.bool, device=k.device)
+            new = new_valid if new_valid is not None else torch.ones(
+                B, L, dtype=torch.bool, device=k.device)
+            self.valid = torch.cat([old, new], dim=-1)  # [B, T]
         if self.k is None or self.v is None or self.positions is None:
             self.k, self.v, self.positions = k, v, pos
             self.document_ids = document_ids
@@ -210,15 +225,23 @@ class KVCache:
                 self.document_ids = torch.cat([self.document_ids, document_ids], dim=-1)
         self.seen += L
         if L:
-            top = pos.amax(-1) + 1  # [B]
+            top = self._top(pos, new_valid)  # [B]
             self.next_start = top if self.next_start is None else torch.maximum(self.next_start, top)
         elif self.next_start is None:
             self.next_start = pos.new_zeros(B)
         T = self.k.shape[-2]
         return CacheView(self.k, self.v, self.positions, self.document_ids, None, T - L)
 
+    @staticmethod
+    def _top(pos: Tensor, new_valid: Tensor | None) -> Tensor:
+        """``[B]``: each row's highest position among its real new keys, plus 1 (0 if none)."""
+        if new_valid is None:
+            return pos.amax(-1) + 1
+        return (torch.where(new_valid, pos, -1).amax(-1) + 1).clamp(min=0)
+
     def _update_static(
-        self, k: Tensor, v: Tensor, pos: Tensor, document_ids: Tensor | None
+        self, k: Tensor, v: Tensor, pos: Tensor, document_ids: Tensor | None,
+        new_valid: Tensor | None = None,
     ) -> CacheView:
         assert self.max_len is not None
         B, H, L, D = k.shape
@@ -235,6 +258,7 @@ class KVCache:
             self.positions = torch.zeros(B, N, dtype=torch.long, device=k.device)  # [B, N]
             self.filled = torch.zeros((), dtype=torch.long, device=k.device)
             self.next_start = torch.zeros(B, dtype=torch.long, device=k.device)  # [B]
+            self.valid = torch.ones(B, N, dtype=torch.bool, device=k.device)  # [B, N]
             if document_ids is not None:
                 self.document_ids = torch.full((B, N), -1, dtype=document_ids.dtype, device=k.device)
         assert self.v is not None and self.positions is not None and self.filled is not None
@@ -249,12 +273,16 @@ class KVCache:
         self.k.index_copy_(2, slots, k)
         self.v.index_copy_(2, slots, v)
         self.positions.index_copy_(1, slots, pos)
+        if self.valid is not None:
+            real = new_valid if new_valid is not None else torch.ones(
+                B, L, dtype=torch.bool, device=k.device)
+            self.valid.index_copy_(1, slots, real)
         if document_ids is not None and self.document_ids is not None:
             self.document_ids.index_copy_(1, slots, document_ids.to(self.document_ids.dtype))
         self.filled.add_(L)
         assert self.next_start is not None
         if L:
-            self.next_start.copy_(torch.maximum(self.next_start, pos.amax(-1) + 1))
+            self.next_start.copy_(torch.maximum(self.next_start, self._top(pos, new_valid)))
         valid = torch.arange(N, device=k.device) < self.filled  # [N]
         return CacheView(self.k, self.v, self.positions, self.document_ids, valid, start)
 
@@ -297,6 +325,8 @@ class KVCache:
                 )
         keep = keep.to(self.k.device)
         self.k, self.v = self.k[:, :, keep], self.v[:, :, keep]
+        if self.valid is not None:
+            self.valid = self.valid[:, keep]
         self.positions = self.positions[:, keep]
         if self.document_ids is not None:
             self.document_ids = self.document_ids[:, keep]
@@ -314,8 +344,10 @@ class KVCache:
             self.filled.zero_()
             if self.next_start is not None:
                 self.next_start.zero_()
+            if self.valid is not None:
+                self.valid.fill_(True)
             return
-        self.k = self.v = self.positions = self.document_ids = None
+        self.k = self.v = self.positions = self.document_ids = self.valid = None
         self.filled = self.next_start = None
 
     def _check_crop(self, n: object) -> int:
@@ -342,6 +374,8 @@ class KVCache:
             self.filled.fill_(n)
         else:
             self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
+            if self.valid is not None:
+                self.valid = self.valid[:, :n]
             self.positions = self.positions[:, :n]
             if self.document_ids is not None:
                 self.document_ids = self.document_ids[:, :n]
@@ -381,7 +415,7 @@ class KVCache:
         rewritten in place (a compiled step stays valid); otherwise new tensors."""
         idx = self._check_select(batch_index)
         assert self.k is not None and self.v is not None and self.positions is not None
-        names = ("k", "v", "positions", "document_ids", "next_start")
+        names = ("k", "v", "positions", "document_ids", "next_start", "valid")
         if self.static and idx.numel() == self.k.shape[0]:
             for name in names:
                 t = getattr(self, name)

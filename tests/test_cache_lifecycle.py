@@ -329,3 +329,32 @@ def test_property_random_lifecycle(ops, static, name, seed):
             b = B
         assert len(cache) == (0 if ref.pos is None else ref.pos.shape[-1])
     run(scheme, cache, ref, b, 1, gen)
+
+
+@pytest.mark.parametrize("scheme_name", ["alibi", "rope", "t5"])
+@pytest.mark.parametrize("max_len", [None, 16])
+def test_cache_remembers_padding(scheme_name, max_len):
+    """After a left-padded prefill given its mask, decode steps with neither a mask nor
+    positions equal each prompt alone: the cache remembers which keys were padding, and its
+    default positions follow each row's real tokens. select keeps the memory with its rows."""
+    torch.manual_seed(0)
+    Bp, Hp, Lp, Dp, steps = 3, 2, 6, 8, 3
+    scheme = {"alibi": posenc.ALiBi(Hp), "rope": posenc.schemes.RoPE(Dp),
+              "t5": posenc.schemes.T5Bias(Hp)}[scheme_name]
+    q, k, v = (torch.randn(Bp, Hp, Lp + steps, Dp) for _ in range(3))
+    mask = torch.ones(Bp, Lp, dtype=torch.long)
+    mask[1, :2] = 0
+    mask[2, :4] = 0
+    cache = KVCache(max_len)
+    posenc.attend(q[:, :, :Lp], k[:, :, :Lp], v[:, :, :Lp], scheme, cache=cache,
+                  attention_mask=mask, positions=posenc.positions_from_mask(mask))
+    cache.select([2, 1])  # drop row 0, swap the others
+    outs = [posenc.attend(q[[2, 1], :, t:t + 1], k[[2, 1], :, t:t + 1], v[[2, 1], :, t:t + 1],
+                          scheme, cache=cache) for t in range(Lp, Lp + steps)]
+    out = torch.cat(outs, dim=2)  # [2, H, steps, D]
+    for row, (b, pads) in enumerate([(2, 4), (1, 2)]):
+        alone = posenc.attend(q[b:b + 1, :, pads:], k[b:b + 1, :, pads:], v[b:b + 1, :, pads:],
+                              scheme)
+        torch.testing.assert_close(out[row], alone[0, :, -steps:], atol=2e-6, rtol=2e-5)
+    want = torch.tensor([[Lp - 4 + steps], [Lp - 2 + steps]])
+    assert torch.equal(cache.next_positions(1, torch.device("cpu")).expand(2, 1), want)
