@@ -172,7 +172,7 @@ class KVCache:
         or ``[B, L]`` (default: after the tokens seen) with their ``document_ids [L]`` or
         ``[B, L]``; return everything
         cached. ``positions`` are checked as :func:`~posenc.attention.attend` checks them
-        (integers in ``[0, 2**24)``), ``document_ids`` are integer labels."""
+        (integers in ``[0, 2**31)``), ``document_ids`` are integer labels."""
         check_tensor("k", k, floating=True, min_dim=1)
         B, L = k.shape[0], k.shape[-2] if k.dim() > 1 else 0
         if positions is not None:
