@@ -64,6 +64,10 @@ CASES = [
     ("update", lambda: KVCache().update(KV, KV, document_ids=torch.zeros(2, 5, dtype=LONG)), ValueError, "document_ids must have shape [6] or [2, 6], got (2, 5)"),
     ("update", lambda: KVCache().update(KV[0], KV[0]), ValueError, "k must have shape [B, H, L, Dh]"),
     # evict: no duplicate, no slot past the ones held
+    ("streaming_keep", lambda: posenc.streaming_keep(-1, 2, 3), ValueError, "length must be an int >= 0, got -1"),
+    ("streaming_keep", lambda: posenc.streaming_keep(10, -1, 3), ValueError, "sinks must be an int >= 0, got -1"),
+    ("streaming_keep", lambda: posenc.streaming_keep(10, 2, 0), ValueError, "window must be an int >= 1, got 0"),
+    ("streaming_keep", lambda: posenc.streaming_keep(10, 2, 1.5), TypeError, "window must be an int, got 1.5"),
     ("evict", lambda: filled().evict(torch.tensor([0, 0, 1])), ValueError, "keep must name each of the 6 slots the cache holds at most once, got [0, 0, 1]"),
     ("evict", lambda: filled().evict(torch.tensor([0, 1, -6])), ValueError, "keep must name each of the 6 slots the cache holds at most once, got [0, 1, 0]"),
     ("evict", lambda: filled().evict(torch.tensor([0, 6])), ValueError, "keep must index the 6 slots the cache holds (in [-6, 6)), got values from 0 to 6"),
