@@ -432,7 +432,7 @@ def streaming_keep(length: int, sinks: int, window: int) -> tuple[Tensor, Tensor
     """StreamingLLM's eviction for a cache of ``length`` keys at positions ``0 .. length - 1``
     inside the cache: keep the first ``sinks`` keys and the latest ``window``; the kept keys
     take positions ``0 .. len(keep) - 1``. Returns ``(keep, delta)``, both int64 ``[K]``: the
-    slots kept (pass ``keep`` to :meth:`KVCache.evict`) and each kept key's change of position
+    slots kept (pass ``keep`` to :meth:`~posenc.cache.KVCache.evict`) and each kept key's change of position
     (new minus old, ``<= 0``). Nothing is evicted (``delta`` all 0) while
     ``length <= sinks + window``."""
     length = check_int("length", length, minimum=0)
@@ -496,7 +496,7 @@ class LayerCaches(Sequence[KVCache]):
             cache.select(batch_index)
 
     def evict(self, keep: Tensor) -> None:
-        """Keep the slots ``keep`` in every layer (see :meth:`KVCache.evict`)."""
+        """Keep the slots ``keep`` in every layer (see :meth:`~posenc.cache.KVCache.evict`)."""
         for cache in self.layers:
             cache.evict(keep)
 
