@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_hf_llama_parity import PAD as PARITY_PAD
+from test_hf_llama_parity import _left_padded  # the same PAD (asserted below)
 
 import posenc
 import posenc.hf
@@ -40,6 +42,7 @@ from transformers import (  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB, PAD = 96, 0
+assert PAD == PARITY_PAD, "left_padded pads with test_hf_llama_parity.PAD"
 PROMPTS = ([5, 17, 33, 8], [71, 9, 23, 50, 11, 12, 13])  # lengths 4 and 7
 DOCS = ([5, 17, 33, 8], [71, 9, 23, 50, 11], [40, 41, 42])  # packed by the collator
 TOL = {"atol": 2e-5, "rtol": 2e-5}
@@ -85,13 +88,7 @@ def pair(cls: type, config: object, *, ref_impl: str = "sdpa", scheme: object = 
 
 def left_padded(prompts=PROMPTS) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)`` ``[B, L]``, left-padded with ``PAD`` as ``generate`` wants."""
-    L = max(map(len, prompts))
-    ids = torch.full((len(prompts), L), PAD, dtype=torch.long)
-    mask = torch.zeros(len(prompts), L, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, L - len(p):] = torch.tensor(p)
-        mask[i, L - len(p):] = 1
-    return ids, mask
+    return _left_padded(prompts)
 
 
 def packed(docs=DOCS, **kwargs: object) -> dict:
