@@ -526,7 +526,9 @@ def explorable(
         layout["sliders"] = [{
             "active": active,
             "steps": steps,
-            "currentvalue": {"prefix": control_label + " = ", "font": {"size": FONT + 1},
+            "currentvalue": {"prefix": control_label + (  # a Chinese caption takes "：", no " = "
+                                 "：" if control_label[-1:] > "\u2e7f" else " = "),
+                             "font": {"size": FONT + 1},
                              "xanchor": "left"},
             "x": 0.0, "len": 1.0, "y": 0, "yanchor": "top",
             "pad": {"t": 56, "b": 10, "l": 12, "r": 12},
