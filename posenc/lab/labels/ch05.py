@@ -48,7 +48,7 @@ LABELS = {
         "distance": "距离 m − n",
         "log10_weight": "log10 权重",
         "log_weights_title": "内容分数相同时：一条条直线",
-        "head": "头",
+        "head": "注意力头",
         "length": "L = {length}",
         "share_last": "最近 {keys} 个键所占份额",
         "window_title": "留在训练窗口内的注意力",

@@ -44,7 +44,7 @@ LABELS = {
         },
         "eval_length": "评估长度（字节），训练长度为 {train_len}",
         "loss_nats": "损失（奈特/字节）",
-        "mrope_grid": "图像（合并后词元的行数 × 列数）",
+        "mrope_grid": "图像网格（行 × 列）",
         "mrope_id": "位置 id",
         "explore_mrope": "一段“文本—图像—文本”序列中每个词元的三个 M-RoPE 位置 id（t、h、w）；"
                          "滑块设定图像合并后的词元网格。",
