@@ -374,8 +374,10 @@ def _llama() -> LlamaForCausalLM:
     (lambda m: posenc.hf.use(m, 3), TypeError, r"scheme must be None, a name \(alibi, t5, nope, rope\) or a PositionScheme, got int"),  # noqa: E501
     (lambda m: posenc.hf.use(m, posenc.ALiBi), TypeError, r"got the class ALiBi; pass an instance, e.g. ALiBi\(num_heads\)"),  # noqa: E501
     (lambda m: posenc.hf.use(m, posenc.SinusoidalPE(64)), ValueError, r"scheme 'sinusoidal' adds positions to the token embeddings"),  # noqa: E501
-    (lambda m: posenc.hf.use(m, "alibi", num_buckets=8), TypeError, r"unexpected keyword argument 'num_buckets'"),  # noqa: E501
-    (lambda m: posenc.hf.use(m, "t5", buckets=8), TypeError, r"unexpected keyword argument 'buckets'"),
+    (lambda m: posenc.hf.use(m, "alibi", num_buckets=8), TypeError, r"use\(scheme='alibi'\) got unexpected options \['num_buckets'\]; scheme 'alibi' takes no scheme options"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, "t5", buckets=8), TypeError, r"unexpected options \['buckets'\]; scheme 't5' takes num_buckets, max_distance"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, posenc.ALiBi(3)), ValueError, r"bias for num_heads=3, but the model has num_attention_heads=\d+; build it with"),  # noqa: E501
+    (lambda m: posenc.hf.use(m, posenc.RoPE(6)), ValueError, r"rotates head_dim=6, but the model's heads have head_dim=\d+; build it with RoPE"),  # noqa: E501
     (lambda m: posenc.hf.use(m, "rope", base=10.0), TypeError, r"scheme 'rope' got unexpected options \['base'\]; allowed: interleaved"),  # noqa: E501
     (lambda m: posenc.hf.use(m, None, num_buckets=8), TypeError, r"options \['num_buckets'\] for scheme=None; allowed: backend, name"),  # noqa: E501
     (lambda m: posenc.hf.use(m, posenc.ALiBi(4), backend="math", slopes=1), TypeError, r"options \['slopes'\] with a ready PositionScheme"),  # noqa: E501

@@ -272,6 +272,7 @@ def _resolve(
                 f"posenc.hf.use got options {sorted(options)} with a ready PositionScheme; "
                 "pass them to its constructor (allowed here: backend, name)"
             )
+        _check_instance(scheme, _text_config(model))
         if type(scheme).embed is not PositionScheme.embed:
             raise ValueError(
                 f"scheme {scheme.name!r} adds positions to the token embeddings (an embed hook); "
@@ -296,6 +297,33 @@ def _resolve(
     return _named_scheme(scheme, _text_config(model), options)
 
 
+_SCHEME_OPTIONS: dict[str, tuple[str, ...]] = {
+    "alibi": (), "nope": (), "t5": ("num_buckets", "max_distance"),
+}
+
+
+def _check_instance(scheme: PositionScheme, config: Any) -> None:
+    """A ready scheme must fit the model: one bias per head, RoPE over the head dimension."""
+    heads = getattr(config, "num_attention_heads", None)
+    own = getattr(scheme, "num_heads", None)
+    if isinstance(own, int) and isinstance(heads, int) and own != heads:
+        raise ValueError(
+            f"scheme {scheme.name!r} has a bias for num_heads={own}, but the model has "
+            f"num_attention_heads={heads}; build it with num_heads={heads}"
+        )
+    rotary = getattr(scheme, "rotary", None)
+    head_dim = getattr(config, "head_dim", None)
+    if not isinstance(head_dim, int) and isinstance(heads, int):
+        hidden = getattr(config, "hidden_size", None)
+        head_dim = hidden // heads if isinstance(hidden, int) else None
+    dim = getattr(rotary, "head_dim", None)
+    if isinstance(dim, int) and isinstance(head_dim, int) and dim != head_dim:
+        raise ValueError(
+            f"scheme 'rope' rotates head_dim={dim}, but the model's heads have head_dim="
+            f"{head_dim}; build it with RoPE({head_dim}, ...) (or scheme='rope' to read the config)"
+        )
+
+
 def _named_scheme(
     name: str, config: Any, options: dict[str, Any]
 ) -> PositionScheme | dict[str | None, PositionScheme]:
@@ -303,6 +331,13 @@ def _named_scheme(
     (one per layer type where its ``rope_parameters`` nest per layer type)."""
     heads = getattr(config, "num_attention_heads", None)
     if name != "rope":
+        bad = sorted(set(options) - set(_SCHEME_OPTIONS[name]))
+        if bad:
+            takes = ", ".join(_SCHEME_OPTIONS[name]) or "no scheme options"
+            raise TypeError(
+                f"posenc.hf.use(scheme={name!r}) got unexpected options {bad}; scheme {name!r} "
+                f"takes {takes} (and use() itself takes backend, name)"
+            )
         return make_scheme(name, num_heads=heads, causal=True, **options)
     allowed = {"interleaved"}
     bad = sorted(set(options) - allowed)
