@@ -86,6 +86,32 @@ def test_scores_with_a_bias_and_padding(backend):
     torch.testing.assert_close(out, want, atol=2e-5, rtol=2e-5)
 
 
+def rotate_written_out(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoPE by hand, interleaved pairs (2i, 2i + 1) turned by p * base^(-2i/D), in float64."""
+    x = x.double()
+    theta = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # [D/2]
+    angle = I.double()[:, None] * theta  # [L, D/2]
+    cos, sin = angle.cos(), angle.sin()
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1).flatten(-2)
+
+
+def written_out(scheme_name, scheme, q, k, v, allowed):
+    """The windowed attention with sinks from the formula, scheme by scheme (no posenc route)."""
+    if scheme_name == "alibi":
+        return reference(q, k, v, allowed, bias=alibi_bias(scheme))
+    if scheme_name == "rope":
+        assert scheme.rotary.interleaved and scheme.rotary.base == 10000.0
+        return reference(rotate_written_out(q), rotate_written_out(k), v, allowed)
+    # T5 (causal): bias[h, i, j] = table[bucket(j - i), h]
+    rel = I[None] - I[:, None]  # [L, L], j - i
+    buckets = posenc.t5.t5_relative_bucket(rel, bidirectional=scheme.rel.bidirectional,
+                                           num_buckets=scheme.rel.num_buckets,
+                                           max_distance=scheme.rel.max_distance)
+    bias = scheme.rel.embedding.weight.detach()[buckets].permute(2, 0, 1)  # [H, L, L]
+    return reference(q, k, v, allowed, bias=bias)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("scheme_name", ["alibi", "rope", "t5"])
 @pytest.mark.parametrize("sinks", [1, 3])
@@ -98,9 +124,8 @@ def test_window_with_sinks(backend, scheme_name, sinks):
     # the same rule as a who-sees-whom matrix: an independent route through the rule
     via_matrix = run("math", q, k, v, scheme, attention_mask=allowed.expand(B, L, L))
     torch.testing.assert_close(out, via_matrix, atol=2e-5, rtol=2e-5)
-    if scheme_name == "alibi":
-        want = reference(q, k, v, allowed, bias=alibi_bias(scheme))
-        torch.testing.assert_close(out, want, atol=2e-5, rtol=2e-5)
+    want = written_out(scheme_name, scheme, q, k, v, allowed)
+    torch.testing.assert_close(out, want, atol=2e-5, rtol=2e-5)
     plain = run(backend, q, k, v, scheme, window=W)
     assert (plain - out)[:, :, W + 1:].abs().max() > 1e-3  # the sinks change late rows
 
