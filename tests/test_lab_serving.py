@@ -1,0 +1,278 @@
+"""posenc.lab.serving (chapter 11): each serving-time structure equals posenc's contiguous cache
+and attention -- a paged cache, shifted prefix keys, flash-attn's kvcache step, context-parallel
+shards merged by log-sum-exp, a bulk rebase, a speculative tree."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posenc
+from posenc.lab import serving
+from posenc.schemes import ALiBi, RoPE, T5Bias
+
+H, H_KV, D = 4, 2, 16
+
+
+def _scheme(name: str):
+    torch.manual_seed(0)
+    return {"rope": RoPE(D), "alibi": ALiBi(H), "t5": T5Bias(H), "nope": posenc.NoPE()}[name]
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ------------------------------------------------------------------ 1. paged cache
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_paged_cache_equals_the_contiguous_cache(name):
+    """Three rows of different lengths, blocks handed out in a scrambled order: every prefill and
+    decode step over the paged cache equals posenc.attend over one KVCache per row."""
+    scheme = _scheme(name)
+    lengths = [5, 11, 3]  # prompt lengths
+    order = [6, 2, 9, 0, 7, 4, 11, 1, 10, 3, 8, 5]
+    paged = serving.PagedKVCache(12, 4, H_KV, D, block_order=order)
+    rows = [paged.add_row() for _ in lengths]
+    refs = [posenc.KVCache() for _ in lengths]
+    for b, n in enumerate(lengths):  # prefill each row alone (different lengths)
+        q, k, v = _randn(1, H, n, D, seed=b), _randn(1, H_KV, n, D, seed=10 + b), \
+            _randn(1, H_KV, n, D, seed=20 + b)
+        pos = torch.arange(n)
+        got = serving.paged_attend(q, k, v, paged, [rows[b]], scheme, positions=pos[None])
+        want = posenc.attend(q, k, v, scheme, positions=pos, cache=refs[b])
+        torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-5)
+    for step in range(6):  # decode: the three rows together, each at its own position
+        q, k, v = (_randn(3, h, 1, D, seed=100 + 3 * step + i) for i, h in enumerate((H, H_KV, H_KV)))
+        pos = torch.tensor([[n + step] for n in lengths])  # [B, 1]
+        got = serving.paged_attend(q, k, v, paged, rows, scheme, positions=pos)
+        for b in range(3):
+            want = posenc.attend(q[b:b + 1], k[b:b + 1], v[b:b + 1], scheme, positions=pos[b],
+                                 cache=refs[b])
+            torch.testing.assert_close(got[b:b + 1], want, atol=2e-6, rtol=2e-5)
+    table = paged.block_table()
+    assert table.shape == (3, 5)  # row 1: 17 tokens in blocks of 4
+    assert table[0, :2].tolist() == [6, 2] and table[1, :3].tolist() == [9, 0, 7]  # scattered
+    for b in range(3):  # the gathered keys, values, positions are the contiguous ones
+        k, v, p = paged.gather(rows[b])
+        assert torch.equal(p, refs[b].positions[0])
+        torch.testing.assert_close(k, refs[b].k[0])
+        torch.testing.assert_close(v, refs[b].v[0])
+
+
+def test_slots_are_not_positions():
+    """The slot mapping follows the block table; the stored positions are what was given."""
+    paged = serving.PagedKVCache(4, 2, 1, 2, block_order=[3, 1, 0, 2])
+    row = paged.add_row()
+    slots = paged.append(row, torch.ones(1, 3, 2), torch.ones(1, 3, 2), torch.tensor([7, 8, 9]))
+    assert slots.tolist() == [6, 7, 2]  # block 3 (slots 6, 7), then block 1 (slot 2)
+    assert paged.gather(row)[2].tolist() == [7, 8, 9]
+    paged.free_row(row)
+    assert paged.free == [0, 2, 3, 1] and paged.lengths[row] == 0
+
+
+def test_paged_cache_runs_out_of_blocks():
+    paged = serving.PagedKVCache(2, 2, 1, 2)
+    row = paged.add_row()
+    with pytest.raises(ValueError, match="out of blocks"):
+        paged.slot_mapping(row, 5)
+
+
+# ------------------------------------------------------------------ 2. prefix reuse
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_shifted_prefix_keys_equal_keys_rotated_in_place(interleaved):
+    """A chunk's keys cached at positions 100.. and reused at 3000..: wrong as they are, right
+    after one rotation by the shift (float32 tolerance), and R(s) R(p) = R(p + s)."""
+    rope = posenc.RotaryEmbedding(D, interleaved=interleaved)
+    k, q = _randn(1, H_KV, 8, D, seed=1), _randn(1, H_KV, 1, D, seed=2)
+    cached_at, reused_at = torch.arange(100, 108), torch.arange(3000, 3008)
+    _, k_cached = rope(k, k, positions=cached_at)
+    _, k_there = rope(k, k, positions=reused_at)
+    q_there, _ = rope(q, q, positions=torch.tensor([3010]))
+    scores = lambda keys: (q_there @ keys.transpose(-1, -2))[0, :, 0]  # noqa: E731
+    assert (scores(k_cached) - scores(k_there)).abs().max() > 0.1  # reuse at the wrong place
+    moved = serving.shift_rotated_keys(k_cached, 2900, rope)
+    torch.testing.assert_close(moved, k_there, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(scores(moved), scores(k_there), atol=1e-4, rtol=1e-5)
+    back = serving.shift_rotated_keys(k_there, -2900, RoPE(D, interleaved=interleaved))
+    torch.testing.assert_close(back, k_cached, atol=2e-5, rtol=1e-5)  # negative shifts too
+
+
+def test_shift_per_key_and_partial_rotary():
+    rope = posenc.RotaryEmbedding(D, partial_rotary_factor=0.5)
+    k = _randn(2, 3, D, seed=3)
+    p, s = torch.tensor([0, 5, 9]), torch.tensor([4, -5, 1000])
+    _, at_p = rope(k, k, positions=p)
+    _, at_ps = rope(k, k, positions=p + s)
+    torch.testing.assert_close(serving.shift_rotated_keys(at_p, s, rope), at_ps, atol=2e-5,
+                               rtol=1e-5)
+
+
+# ------------------------------------------------------------------ 3. flash_attn_with_kvcache
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("new", [1, 3])
+def test_kvcache_step_reference_equals_posenc_cache(interleaved, new):
+    """flash-attn's semantics (rotate the new q, k at each row's cache_seqlens, write them into
+    the cache, attend causally over the filled prefix) = posenc's KVCache + attend at per-row
+    positions."""
+    B, S, seqlens = 3, 16, torch.tensor([4, 9, 0])
+    scheme = RoPE(D, interleaved=interleaved)
+    inv = scheme.rotary.inv_freq
+    cos, sin = posenc.rope_cos_sin(torch.arange(S), inv, interleaved=False)  # [S, D]
+    cos_half, sin_half = cos[:, : D // 2], sin[:, : D // 2]  # flash-attn: one angle per pair
+    k_cache, v_cache = torch.zeros(B, S, H_KV, D), torch.zeros(B, S, H_KV, D)
+    refs = []
+    for b in range(B):  # the rows' history, rotated at 0 .. n - 1, in both caches
+        n = int(seqlens[b])
+        refs.append(posenc.KVCache())
+        if n:
+            kh, vh = _randn(1, H_KV, n, D, seed=b), _randn(1, H_KV, n, D, seed=5 + b)
+            posenc.attend(_randn(1, H, n, D, seed=9), kh, vh, scheme, positions=torch.arange(n),
+                          cache=refs[b])
+            k_cache[b, :n], v_cache[b, :n] = refs[b].k[0].transpose(0, 1), vh[0].transpose(0, 1)
+    q, k, v = _randn(B, new, H, D, seed=30), _randn(B, new, H_KV, D, seed=31), \
+        _randn(B, new, H_KV, D, seed=32)  # flash-attn's [B, L, H, D]
+    out, lse = serving.kvcache_step_reference(
+        q, k_cache, v_cache, k, v, cos_half, sin_half, seqlens, causal=True,
+        rotary_interleaved=interleaved, return_softmax_lse=True)
+    assert out.shape == (B, new, H, D) and lse.shape == (B, H, new)
+    for b in range(B):
+        n = int(seqlens[b])
+        want = posenc.attend(q[b:b + 1].transpose(1, 2), k[b:b + 1].transpose(1, 2),
+                             v[b:b + 1].transpose(1, 2), scheme,
+                             positions=torch.arange(n, n + new), cache=refs[b])
+        torch.testing.assert_close(out[b:b + 1].transpose(1, 2), want, atol=2e-5, rtol=2e-5)
+        # the cache was written in place at the row's offset, with the rotated keys
+        torch.testing.assert_close(k_cache[b, : n + new], refs[b].k[0].transpose(0, 1),
+                                   atol=2e-6, rtol=1e-5)
+
+
+def test_kvcache_step_alibi_and_empty_rows():
+    """alibi_slopes as flash-attn adds them; a query that sees no key is 0."""
+    B, S = 1, 8
+    q, kc, vc = _randn(B, 2, H, D, seed=1), _randn(B, S, H, D, seed=2), _randn(B, S, H, D, seed=3)
+    slopes = posenc.alibi_slopes(H)
+    out = serving.kvcache_step_reference(q, kc, vc, cache_seqlens=5, causal=True,
+                                         alibi_slopes=slopes)
+    want = posenc.attend(q.transpose(1, 2), kc[:, :5].transpose(1, 2), vc[:, :5].transpose(1, 2),
+                         ALiBi(H), positions=torch.tensor([3, 4]), key_positions=torch.arange(5))
+    torch.testing.assert_close(out.transpose(1, 2), want, atol=2e-5, rtol=2e-5)
+    # 2 queries over 1 key, causal: the first query (aligned to index -1) sees nothing
+    out = serving.kvcache_step_reference(q, kc, vc, cache_seqlens=1, causal=True)
+    assert out[0, 0].abs().max() == 0 and out[0, 1].abs().max() > 0
+
+
+# ------------------------------------------------------------------ 4. context parallelism
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 4])
+@pytest.mark.parametrize("name", ["rope", "alibi", "t5", "nope"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_sharded_attention_equals_full_attention(shards, name, causal):
+    L = 24
+    scheme = _scheme(name)
+    q, k, v = _randn(2, H, L, D, seed=1), _randn(2, H_KV, L, D, seed=2), _randn(2, H_KV, L, D, seed=3)
+    want = posenc.attend(q, k, v, scheme, causal=causal, backend="math")
+    balanced = [False] + ([True] if L % (2 * shards) == 0 else [])
+    for load_balance in balanced:
+        got = serving.attend_sharded(q, k, v, scheme, shards=shards, causal=causal,
+                                     load_balance=load_balance)
+        torch.testing.assert_close(got.output, want, atol=2e-5, rtol=2e-5)
+        chunks = shards * (2 if load_balance else 1)
+        assert got.computed + got.skipped == chunks**2
+        # causal: every chunk pair with its keys wholly in the future is skipped, no other
+        assert got.skipped == (chunks * (chunks - 1) // 2 if causal else 0)
+
+
+def test_the_merge_is_a_softmax_over_the_union():
+    """merge_partials over key blocks = one softmax over all keys, lse included; a block a row
+    cannot see (lse -inf) contributes nothing."""
+    q, k, v = _randn(1, H, 5, D, seed=1), _randn(1, H, 12, D, seed=2), _randn(1, H, 12, D, seed=3)
+    qp, kp = torch.arange(7, 12), torch.arange(12)
+    whole, whole_lse = serving.partial_attention(q, k, v, qp, kp)
+    parts = [serving.partial_attention(q, k[:, :, s], v[:, :, s], qp, kp[s])
+             for s in (slice(0, 4), slice(4, 9), slice(9, 12))]
+    out, lse = serving.merge_partials([p[0] for p in parts], [p[1] for p in parts])
+    torch.testing.assert_close(out, whole, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(lse, whole_lse, atol=1e-6, rtol=1e-6)
+    assert torch.isinf(parts[2][1][:, :, :2]).all()  # queries 7, 8 see none of keys 9..11
+    # torch's _SDPAMerger step, out - sigmoid(lse_i - lse) (out - out_i), gives the same
+    o1, l1 = serving.merge_partials([p[0] for p in parts[:2]], [p[1] for p in parts[:2]])
+    o2, l2 = parts[2]
+    step = o1 - torch.sigmoid(l2 - l1)[..., None] * (o1 - o2)
+    torch.testing.assert_close(step, whole, atol=1e-6, rtol=1e-5)
+
+
+def test_load_balancing_evens_the_work():
+    """Per rank, the blocks computed: contiguous shards are lopsided, head-tail ones even."""
+    L, P = 32, 4
+    q = k = v = _randn(1, 1, L, 8, seed=0)
+    plain = serving.attend_sharded(q, k, v, shards=P)
+    balanced = serving.attend_sharded(q, k, v, shards=P, load_balance=True)
+    assert plain.computed == P * (P + 1) // 2 and balanced.computed == 2 * P * (2 * P + 1) // 2
+    ranks = [posenc.shard_positions(L, r, P) for r in range(P)]
+    work = [sum(int(chunk.min() <= qc.max()) for qc in r.view(2, -1)
+                for s in ranks for chunk in s.view(2, -1)) for r in ranks]
+    assert len(set(work)) == 1  # every rank computes the same number of blocks
+
+
+# ------------------------------------------------------------------ 5. bulk rebase
+
+
+def test_rebase_keeps_scores_and_moves_positions_down():
+    """A sink plus a window at positions 1000..: one rebase moves the window to 1, 2, ...;
+    scores with the next query at its rebased position equal those before (float32)."""
+    scheme = RoPE(D)
+    cache = posenc.KVCache()
+    pos = torch.cat([torch.tensor([0]), torch.arange(1000, 1007)])
+    k, v = _randn(1, H_KV, 8, D, seed=1), _randn(1, H_KV, 8, D, seed=2)
+    q = _randn(1, H, 1, D, seed=3)
+    _, k_rot = scheme.rotate(k, k, pos)
+    cache.k, cache.v, cache.positions = k_rot, v, pos[None].clone()  # as attend stores them
+    cache._recompute_next()
+    q_before, _ = scheme.rotate(q, q[:, :1], torch.tensor([1007]))
+    s_before = q_before @ cache.k.repeat_interleave(2, 1).transpose(-1, -2)
+    d = serving.rebase_cache(cache, scheme, keep=1)
+    assert d == 999 and cache.positions[0].tolist() == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert cache.next_positions(1, torch.device("cpu")).tolist() == [8]
+    q_after, _ = scheme.rotate(q, q[:, :1], torch.tensor([8]))
+    s_after = q_after @ cache.k.repeat_interleave(2, 1).transpose(-1, -2)
+    torch.testing.assert_close(s_after[..., 1:], s_before[..., 1:], atol=1e-4, rtol=1e-5)
+    assert (s_after[..., :1] - s_before[..., :1]).abs().max() > 1e-3  # the sink: 999 closer
+    assert serving.rebase_cache(cache, scheme, keep=1) == 0  # nothing left to close
+
+
+# ------------------------------------------------------------------ speculative trees
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi"])
+def test_verifying_a_tree_equals_each_path_alone(name):
+    parents = [-1, -1, 0, 0, 1, 2]
+    paths = [[0, 2, 5], [0, 3], [1, 4]]
+    P, N = 4, len(parents)
+    positions, mask = serving.tree_positions_and_mask(parents, prefix=P)
+    assert positions.tolist() == [4, 4, 5, 5, 5, 6]
+    assert mask.shape == (N, P + N) and mask[:, :P].all()
+    assert mask[5, P:].tolist() == [True, False, True, False, False, True]
+    scheme = _scheme(name)
+    q, k, v = _randn(1, H, P + N, D, seed=1), _randn(1, H_KV, P + N, D, seed=2), \
+        _randn(1, H_KV, P + N, D, seed=3)
+    cache = posenc.KVCache()
+    posenc.attend(q[:, :, :P], k[:, :, :P], v[:, :, :P], scheme, cache=cache)
+    tree = posenc.attend(q[:, :, P:], k[:, :, P:], v[:, :, P:], scheme, positions=positions,
+                         attention_mask=mask[None], cache=cache, backend="math")
+    for path in paths:
+        alone = posenc.KVCache()
+        posenc.attend(q[:, :, :P], k[:, :, :P], v[:, :, :P], scheme, cache=alone)
+        idx = torch.tensor(path) + P
+        want = posenc.attend(q[:, :, idx], k[:, :, idx], v[:, :, idx], scheme, cache=alone)
+        torch.testing.assert_close(tree[:, :, torch.tensor(path)], want, atol=2e-6, rtol=2e-5)
+    # the target accepts path [0, 2]: keep the prefix and those two nodes, drop the rest
+    cache.evict(torch.cat([torch.arange(P), torch.tensor([0, 2]) + P]))
+    assert cache.positions[0, P:].tolist() == [4, 5]
+    assert cache.next_positions(1, torch.device("cpu")).tolist() == [6]
