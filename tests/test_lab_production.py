@@ -290,3 +290,73 @@ def test_transformers_gpt_oss_sink_logit_is_a_score_that_is_dropped():
     torch.testing.assert_close(weights, want)
     torch.testing.assert_close(out, (want @ v).transpose(1, 2))
     assert (weights.sum(-1) < 1).all()
+
+
+@pytest.fixture(scope="module")
+def sharp():
+    """A RoPE model whose attention is sharp (query/key weights x6): score errors show in the
+    loss, as in a trained model."""
+    torch.manual_seed(0)
+    m = TransformerLM(scheme="rope", dim=32, num_layers=2, num_heads=2).eval()
+    with torch.no_grad():
+        for block in m.blocks:
+            block.attn.qkv.weight.mul_(6)
+    return m
+
+
+def test_stream_at_a_large_offset_drifts_only_with_float32_product_angles(sharp):
+    """"Only offsets matter" holds in exact arithmetic: a stream whose positions start at 10**6
+    loses the same as one from 0 with posenc's exact angles, and not with the float32 products
+    transformers forms (the drift grows with the offset)."""
+    x = _tokens(2, 24, 3)
+    naive = prod.with_angles(sharp, exact=False)
+    with torch.no_grad():
+        at0 = prod.stream(sharp, x, window=6, sinks=2)
+        torch.testing.assert_close(prod.stream(naive, x, window=6, sinks=2), at0)  # < 512: same
+        drift = {}
+        for offset in (10**5, 10**6, 4 * 10**6):
+            exact = prod.stream(sharp, x, window=6, sinks=2, offset=offset)
+            assert (exact - at0).abs().max() < 1e-5
+            drift[offset] = (prod.stream(naive, x, window=6, sinks=2, offset=offset)
+                             - at0).abs().max().item()
+    assert drift[10**5] < drift[10**6] < drift[4 * 10**6] and drift[10**6] > 1e-4
+
+
+def test_with_angles_is_a_copy():
+    m = TransformerLM(scheme="rope", dim=16, num_layers=1, num_heads=2)
+    naive = prod.with_angles(m, exact=False)
+    assert naive is not m and not naive.blocks[0].attn.scheme.rotary.exact_angles
+    assert m.blocks[0].attn.scheme.rotary.exact_angles  # the original is untouched
+    assert prod.with_angles(TransformerLM(scheme="alibi", dim=16, num_layers=1, num_heads=2),
+                            exact=False).scheme.name == "alibi"
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi"])
+def test_rebasing_every_step_is_streamingllm(models, scheme):
+    """A bulk rebase after every eviction puts the sinks at 0.. and the window right after
+    them: StreamingLLM's positions in the cache, from any offset."""
+    x = _tokens(2, 24, 8)
+    with torch.no_grad():
+        want = prod.stream(models[scheme], x, window=6, sinks=2, reposition=True)
+        for offset in (0, 10**6):
+            got = prod.stream(models[scheme], x, window=6, sinks=2, rebase_every=1, offset=offset)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_rebasing_a_window_changes_nothing(sharp):
+    """Without sinks the window moves as a whole: a rebase every 3 steps leaves every offset,
+    hence every loss, as it was."""
+    x = _tokens(1, 24, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(prod.stream(sharp, x, window=6, rebase_every=3),
+                                   prod.stream(sharp, x, window=6), atol=1e-5, rtol=1e-5)
+
+
+def test_stream_refuses_bad_offsets_and_rebases(models):
+    x = _tokens(1, 8)
+    with pytest.raises(ValueError, match="offset must be an int >= 0"):
+        prod.stream(models["rope"], x, window=4, offset=-1)
+    with pytest.raises(ValueError, match="not both"):
+        prod.stream(models["rope"], x, window=4, reposition=True, rebase_every=2)
+    with pytest.raises(ValueError, match="rebase_every needs a relative scheme"):
+        prod.stream(models["sinusoidal"], x, window=4, rebase_every=2)

@@ -276,3 +276,31 @@ def test_verifying_a_tree_equals_each_path_alone(name):
     cache.evict(torch.cat([torch.arange(P), torch.tensor([0, 2]) + P]))
     assert cache.positions[0, P:].tolist() == [4, 5]
     assert cache.next_positions(1, torch.device("cpu")).tolist() == [6]
+
+
+@pytest.mark.parametrize("sinks", [0, 2])
+def test_rebased_stream_stays_small_and_equals_original_positions(sinks):
+    """300 decode steps, window 6, a rebase every 4: every position stays below
+    sinks + window + 4; without sinks every output equals the stream at original positions
+    (the window moved as a whole, 74 roundings later still float32-close)."""
+    scheme, W, R, steps = RoPE(D), 6, 4, 300
+    qs, ks, vs = (_randn(1, h, steps, D, seed=s) for s, h in ((1, H), (2, H_KV), (3, H_KV)))
+    rebased, original = posenc.KVCache(), posenc.KVCache()
+    highest = 0
+    for t in range(steps):
+        sl = slice(t, t + 1)
+        pos = rebased.next_positions(1, torch.device("cpu"))
+        highest = max(highest, int(pos))
+        got = posenc.attend(qs[:, :, sl], ks[:, :, sl], vs[:, :, sl], scheme, positions=pos,
+                            cache=rebased)
+        want = posenc.attend(qs[:, :, sl], ks[:, :, sl], vs[:, :, sl], scheme,
+                             positions=torch.tensor([t]), cache=original)
+        if sinks == 0:
+            torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+        for cache in (rebased, original):
+            if len(cache) >= sinks + W:
+                cache.evict(posenc.streaming_keep(len(cache), sinks, W - 1)[0])
+        if t % R == R - 1:
+            serving.rebase_cache(rebased, scheme, keep=sinks)
+    assert highest < sinks + W + R
+    assert int(original.positions.max()) == steps - 1

@@ -1,17 +1,24 @@
-"""The laboratory of chapter 10 (positions in production): the lab's language model run the way
-served and trained models run, with a visibility rule, a streaming cache, packed rows and shards.
+"""The laboratory of chapters 10 and 11 (positions in batches and at serving time): the lab's
+language model run the way served and trained models run, with a visibility rule, a streaming
+cache, packed rows and shards.
 
-- :func:`forward`: a :class:`~posenc.lab.model.TransformerLM` forward pass that passes
-  ``attention_mask``, ``document_ids`` and ``window`` to every attention layer (the lab model's
-  own ``forward`` takes positions and caches only);
+- :func:`forward`: a :class:`~posenc.lab.model.TransformerLM` forward pass with every option of
+  :func:`~posenc.attention.attend` (``positions``, ``attention_mask``, ``document_ids``,
+  ``window``, ``caches``) passed to every attention layer, written out from the model's own
+  weights so that a chapter can call it the same way for each rule (the model's ``forward``
+  takes positions, caches, ``attention_mask`` and ``document_ids`` too, but no ``window``);
 - :func:`attention_weights`: every layer's attention probabilities, to see where the mass goes
   (how much lands on the first tokens: attention sinks);
 - :func:`stream`: token-by-token decoding with a cache that keeps a few *sink* tokens and a
-  sliding window (Xiao et al., 2024, StreamingLLM), keys keeping their original positions or
-  taking StreamingLLM's positions inside the cache; in the second case only the sinks are
-  re-rotated, each step from a copy that is never overwritten, by their total shift
-  (:func:`~posenc.cache.streaming_keep` gives StreamingLLM's own bookkeeping: the slots kept and how far each
-  key moves);
+  sliding window (Xiao et al., 2024, StreamingLLM), keys keeping their original positions (from
+  ``offset`` on), taking StreamingLLM's positions inside the cache (only the sinks are
+  re-rotated, each step from a copy that is never overwritten, by their total shift), or
+  rebased in bulk every ``R`` tokens (llama.cpp's context shift,
+  :func:`~posenc.lab.serving.rebase_cache`); :func:`~posenc.cache.streaming_keep` gives
+  StreamingLLM's own bookkeeping (the slots kept and how far each key moves);
+- :func:`with_angles`: a copy of a model whose RoPE forms its angles as float32 products (as
+  transformers, Meta's code and torchtune do; they drift with the absolute position) or as
+  posenc's exact ones, to stream at large positions before and after that fix;
 - :func:`rotate_by`: turn rotated keys by a further ``delta`` positions (negative allowed);
 - :func:`first_fit` and :func:`causal_work`: packing documents into rows, and the causal work
   of each rank under context parallelism;
@@ -22,6 +29,7 @@ served and trained models run, with a visibility rule, a streaming cache, packed
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import socket
 import subprocess
@@ -35,14 +43,17 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import posenc
+from posenc._checks import check_int
 from posenc.attention import MultiHeadAttention
 from posenc.cache import KVCache, streaming_keep
-from posenc.schemes import PositionScheme
+from posenc.rope import RotaryEmbedding
+from posenc.schemes import PositionScheme, RoPE
 
 from .model import Block, TransformerLM
+from .serving import rebase_cache
 
 __all__ = [
-    "forward", "attention_weights", "stream", "streaming_keep", "rotate_by", "first_fit",
+    "forward", "attention_weights", "stream", "with_angles", "streaming_keep", "rotate_by", "first_fit",
     "causal_work", "shard_worker", "run_sharded", "sharded_reference",
 ]
 
@@ -136,6 +147,28 @@ def rotate_by(x: Tensor, delta: Tensor, inv_freq: Tensor, *, interleaved: bool =
     return posenc.apply_rope(x, cos, sin, interleaved=interleaved)
 
 
+def with_angles(model: TransformerLM, *, exact: bool) -> TransformerLM:
+    """A copy of ``model`` whose RoPE layers form their angles exactly (``exact=True``,
+    posenc's default: ``p * theta`` reduced mod ``2 pi`` before rounding, no drift at any
+    position below ``2**31``) or as float32 products ``float(p) * theta`` (``exact=False``: the
+    tables of transformers, Meta's LLaMA code and torchtune, bit for bit, and their drift, up
+    to ``p * 3e-8`` rad). The weights are shared by value (a deep copy); a model without RoPE
+    comes back as an unchanged copy."""
+    if not isinstance(model, TransformerLM):
+        raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact must be True or False, got {exact!r}")
+    out = copy.deepcopy(model)
+    for module in out.modules():
+        if isinstance(module, RoPE):
+            r = module.rotary
+            module.rotary = RotaryEmbedding(
+                r.head_dim, base=r.base, interleaved=r.interleaved, scaling=r.scaling,
+                xpos_scale_base=r.xpos_scale_base, seq_dim=r.seq_dim, exact_angles=exact,
+            ).to(r.inv_freq.device)
+    return out
+
+
 def stream(
     model: TransformerLM,
     tokens: Tensor,
@@ -143,31 +176,58 @@ def stream(
     window: int,
     sinks: int = 0,
     reposition: bool = False,
+    offset: int = 0,
+    rebase_every: int | None = None,
 ) -> Tensor:
     """Decode ``tokens [B, L]`` one at a time with a cache of at most ``sinks + window`` keys
     per layer (the first ``sinks`` tokens, then the latest ones); returns the per-token loss
     ``[B, L - 1]`` (nats) of predicting ``tokens[:, 1:]``.
 
-    ``reposition=False``: every key keeps the position it was seen at, so the query at step
-    ``t`` has position ``t``. ``reposition=True``: StreamingLLM's positions inside the cache,
-    ``0 .. sinks + window - 1``, for relative schemes (RoPE, ALiBi, T5), which see only offsets.
-    StreamingLLM moves every kept key down each step; the same offsets come from leaving the
-    window at its original positions (a window is contiguous) and moving only the sinks, to
-    ``t - (sinks + window - 1) + j`` for sink ``j``. So only the sinks' keys are re-rotated,
-    each step from a copy taken when they were cached and never overwritten, by their total
-    shift: ``sinks`` rotations per step, and no rounding that accumulates step after step.
+    ``offset``: the first token's position (a stream that has already run that long), so the
+    token of step ``t`` is at position ``offset + t``.
+
+    ``reposition=False``, ``rebase_every=None``: every key keeps the position it was seen at.
+    The positions grow without bound. In exact arithmetic only offsets matter to RoPE and to
+    the biases, but RoPE's angles are rounded to float32, and a float32 product
+    ``float(p) * theta`` carries an error of up to ``p * 3e-8`` rad: with such angles
+    (transformers', Meta's, torchtune's; :func:`with_angles` ``exact=False``) the scores drift
+    with the absolute position (a relative error of about 1e-3 at 10**5, 1e-2 at 10**6 with
+    ``head_dim`` 128). posenc's own angles are reduced mod ``2 pi`` before rounding and do not
+    drift (``posenc.rope_angles``); positions must still stay below ``2**31``.
+
+    ``reposition=True``: StreamingLLM's positions inside the cache, ``0 .. sinks + window - 1``,
+    for relative schemes (RoPE, ALiBi, T5). StreamingLLM moves every kept key down each step;
+    the same offsets come from leaving the window at its original positions (a window is
+    contiguous) and moving only the sinks, to ``offset + t - (sinks + window - 1) + j`` for
+    sink ``j``. So only the sinks' keys are re-rotated, each step from a copy taken when they
+    were cached and never overwritten, by their total shift: ``sinks`` rotations per step, and
+    no rounding that accumulates step after step. (The window's positions still grow.)
+
+    ``rebase_every=R``: llama.cpp's context shift. Every ``R`` steps, once the cache is full,
+    every cached key is moved down in one rotation (:func:`~posenc.lab.serving.rebase_cache`):
+    the sinks to ``0 .. sinks - 1``, the window right after them; so every position stays below
+    ``sinks + window + R`` however long the stream, at the cost of one rounding per key and
+    rebase.
 
     Raises:
-        ValueError: ``window < 1`` or ``sinks < 0``; ``reposition=True`` with an absolute
-            scheme (sinusoidal, learned).
+        ValueError: ``window < 1``, ``sinks < 0``, ``offset < 0``, ``rebase_every < 1``;
+            ``reposition=True`` or ``rebase_every`` with an absolute scheme (sinusoidal,
+            learned); ``reposition=True`` with ``rebase_every``.
     """
     if not isinstance(model, TransformerLM):
         raise TypeError(f"model must be a TransformerLM, got {type(model).__name__}")
     if window < 1 or sinks < 0:
         raise ValueError(f"window must be >= 1 and sinks >= 0, got {window} and {sinks}")
-    if reposition and type(model.scheme).embed is not PositionScheme.embed:
+    offset = check_int("offset", offset, minimum=0)
+    if rebase_every is not None:
+        rebase_every = check_int("rebase_every", rebase_every, minimum=1)
+        if reposition:
+            raise ValueError("give reposition=True (StreamingLLM, every step) or rebase_every "
+                             "(llama.cpp, every R steps), not both")
+    if (reposition or rebase_every) and type(model.scheme).embed is not PositionScheme.embed:
+        what = "reposition=True" if reposition else "rebase_every"
         raise ValueError(
-            f"reposition=True needs a relative scheme (rope, alibi, t5), got {model.scheme.name!r}:"
+            f"{what} needs a relative scheme (rope, alibi, t5), got {model.scheme.name!r}:"
             " an absolute position is mixed into every layer and cannot be moved"
         )
     size = sinks + window
@@ -177,15 +237,25 @@ def stream(
     B, L = tokens.shape
     device = tokens.device
     logits = []
+    next_pos = offset  # the next token's position
+    full_steps = 0  # steps since the cache first filled (rebase_every counts these)
     for t in range(L):
-        pos = torch.tensor([t], device=device)
+        pos = torch.tensor([next_pos], device=device)
+        next_pos += 1
         logits.append(forward(model, tokens[:, t:t + 1], positions=pos, caches=caches)[:, 0])
         if len(caches[0]) < size:
             continue
         keep, _ = streaming_keep(len(caches[0]), sinks, window - 1)  # room for the next token
         shift = t + 2 - size  # the sinks' move, so the next query (t + 1) sits at size - 1
+        full_steps += 1
+        rebase = rebase_every is not None and full_steps % rebase_every == 0
         for i, cache in enumerate(caches):
             cache.evict(keep.to(device))
+            if rebase:
+                moved_by = rebase_cache(cache, rotaries[i], keep=sinks)
+                if i == 0:
+                    next_pos -= moved_by
+                continue
             if not (reposition and sinks):
                 continue
             assert cache.k is not None and cache.positions is not None
@@ -197,7 +267,7 @@ def stream(
                 moved = torch.full((sinks,), shift, device=device)
                 k_sinks = rotate_by(k_sinks, moved, rope.inv_freq, interleaved=rope.interleaved)
             cache.k = torch.cat([k_sinks, cache.k[:, :, sinks:]], dim=2)
-            sink_pos = torch.arange(sinks, device=device) + shift
+            sink_pos = torch.arange(sinks, device=device) + offset + shift
             cache.positions = torch.cat(
                 [sink_pos.expand(B, -1), cache.positions[:, sinks:]], dim=1)
     out = torch.stack(logits[:-1], dim=1).float()  # [B, L - 1, vocab]

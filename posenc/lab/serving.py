@@ -606,36 +606,40 @@ def attend_sharded(
 
 
 def rebase_cache(cache: KVCache, rope: RotaryEmbedding | RoPE | None, *, keep: int = 0) -> int:
-    """llama.cpp's context shift: move every cached key after the first ``keep`` (the sinks,
-    llama.cpp's ``n_keep``) down so that they follow the kept ones without a gap, by one
-    rotation each (``rope`` None: a bias scheme, only the positions move), and subtract the
-    same distance from their stored positions. Returns the distance ``d``.
+    """llama.cpp's context shift: move the cached keys down to small positions, each by one
+    rotation (``rope`` None: a bias scheme, only the stored positions move). The first ``keep``
+    keys (the sinks, llama.cpp's ``n_keep``) go to positions ``0 .. keep - 1``; the rest (the
+    window) move as a whole by ``d``, so that they follow the sinks without a gap. Returns
+    ``d``, the distance the window (and the next query) moves down.
 
     Done once every ``R`` tokens after eviction, it keeps every position below
     ``keep + window + R`` on an endless stream, so RoPE's angles stay small; each key takes one
     rounding per rebase (a drift that grows with the number of rebases, not with the position).
-    Relative scores are unchanged: the window moves as a whole. Only a growing cache whose rows
-    agree on their positions (one stream) is rebased.
+    The window's relative offsets, and so its scores with the next query, are unchanged. A
+    rebase cannot undo rounding a key already carries (a key rotated at position ``10**6`` with
+    float32-product angles keeps that error); it keeps positions small from the start. Only a
+    growing cache whose rows agree on their positions (one stream) is rebased.
     """
     if not isinstance(cache, KVCache) or cache.static:
         raise TypeError(f"cache must be a growing posenc.KVCache, got "
                         f"{'a static KVCache' if isinstance(cache, KVCache) else type(cache).__name__}")
     keep = check_int("keep", keep, minimum=0)
+    if rope is not None:
+        _rotary(rope)
     if cache.k is None or cache.positions is None or len(cache) <= keep:
         return 0
     pos = cache.positions  # [B, T]
     if not bool((pos == pos[:1]).all()):
         raise ValueError("rebase_cache: the rows hold different positions; rebase one stream "
                          "(rows that agree) at a time")
-    first = int(pos[0, keep])
-    target = int(pos[0, keep - 1]) + 1 if keep else 0
-    d = first - target
-    if d <= 0:
+    d = int(pos[0, keep]) - keep  # the window's move
+    shift = torch.cat([torch.arange(keep, device=pos.device) - pos[0, :keep],
+                       torch.full((pos.shape[1] - keep,), -d, device=pos.device)])  # [T]
+    if not bool(shift.any()):
         return 0
     if rope is not None:
-        cache.k = torch.cat([cache.k[:, :, :keep],
-                             shift_rotated_keys(cache.k[:, :, keep:], -d, rope)], dim=2)
-    cache.positions = torch.cat([pos[:, :keep], pos[:, keep:] - d], dim=1)
+        cache.k = shift_rotated_keys(cache.k, shift, rope)
+    cache.positions = pos + shift
     cache._recompute_next()
     return d
 
