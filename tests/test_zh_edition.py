@@ -122,7 +122,8 @@ def test_pages_that_are_not_chapters():
         text = (ZH / f"{page}.md").read_text(encoding="utf-8")
         assert CJK.search(text.splitlines()[0]), f"book/zh/{page}.md has a Chinese title"
         assert zh_sync.unwrap_cjk(text) == text, f"book/zh/{page}.md: run scripts/zh_sync.py"
-        assert not UNSPACED.findall(TERM_LINK.sub(r"\1", text)), f"book/zh/{page}.md: space Chinese from Latin text"
+        prose = TERM_LINK.sub(r"\1", text)
+        assert not UNSPACED.findall(prose), f"book/zh/{page}.md: space Chinese from Latin text"
     # the API page runs the same autodoc directives as the English one
     blocks = re.compile(r"^```\{eval-rst\}\n.*?^```", re.MULTILINE | re.DOTALL)
     en_api, zh_api = (p.read_text(encoding="utf-8") for p in (BOOK / "api.md", ZH / "api.md"))
