@@ -64,7 +64,7 @@ def test_stub_gives_false_without_raising(capsys):
 
 def test_answers_in_chinese(capsys):
     assert check_rope(rope_2x2, lang="zh")
-    assert capsys.readouterr().out.startswith("✓ 你的 2x2 旋转与 posenc.apply_rope")
+    assert capsys.readouterr().out.startswith("✓ 你的 2×2 旋转与 posenc.apply_rope（交错的维度对）结果一致")
     for slip, words in [({"half": True}, "对半布局"), ({"sign": -1.0}, "符号反了"),
                         ({"exponent": 1.0}, "base^(-i/d)"), ({"angle_scale": 2.0}, "大了一倍")]:
         assert check_rope(lambda x, p, b, s=slip: rope_2x2(x, p, b, **s), lang="zh") is False

@@ -93,7 +93,7 @@ def check_shift_matrix(fn: Callable[[int, int], Tensor], *, lang: str = "en") ->
             return verdict(False, setting + sep + say(
                 lang, en="you built M_(-k) = M_k^T; each 2x2 block should map "
                 "(sin a, cos a) to (sin(a + w k), cos(a + w k))",
-                zh="你构造的是 M_(-k) = M_k^T；每个 2x2 块应把 (sin a, cos a) "
+                zh="你构造的是 M_(-k) = M_k^T；每个 2×2 块应把 (sin a, cos a) "
                 "映射为 (sin(a + w k), cos(a + w k))"))
         return verdict(False, setting + sep + str(problem))
     return verdict(True, say(

@@ -98,5 +98,5 @@ def check_rope(fn: Callable[[Tensor, Tensor, float], Tensor], *, lang: str = "en
     return verdict(True, say(
         lang, en="your 2x2 rotations equal posenc.apply_rope (interleaved pairs)\n"
         "  for every size, position and base tried",
-        zh="你的 2x2 旋转与 posenc.apply_rope（交错的维度对）相等，\n"
+        zh="你的 2×2 旋转与 posenc.apply_rope（交错的维度对）结果一致，\n"
         "  试过的每种大小、位置和基数都一样"))

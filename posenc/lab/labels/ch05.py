@@ -36,7 +36,7 @@ LABELS = {
     },
     "zh": {
         "paper": "论文",
-        "article": "原文：1 / 2**i",
+        "article": "原文章：1 / 2**i",
         "head_index": "注意力头编号",
         "slope_log": "斜率 λ_h（对数坐标）",
         "slopes_title": "{heads} 个注意力头的斜率",
