@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import posenc
 from posenc.lab import (
     Corpus,
     EvalResult,
@@ -30,10 +31,26 @@ from posenc.lab import (
     with_rope_scaling,
     yarn_betas,
 )
+from posenc.lab.serving import (
+    PagedKVCache,
+    attend_sharded,
+    kvcache_step_reference,
+    merge_partials,
+    paged_attend,
+    partial_attention,
+    rebase_cache,
+    shift_rotated_keys,
+    tree_positions_and_mask,
+)
 
 NET = TransformerLM(scheme="rope", dim=32, num_heads=2, num_layers=1)
 TOK = torch.randint(0, 256, (1, 8))
 VAL = torch.zeros(400, dtype=torch.uint8)
+X4 = torch.randn(1, 2, 4, 8)  # [B, H, L, Dh]
+ROPE = posenc.RotaryEmbedding(8)
+PAGED = PagedKVCache(4, 2, 2, 8)
+PAGED.add_row()
+FLASH = torch.randn(1, 1, 2, 8)  # flash-attn's [B, L, H, D]
 FT = {"task": "lm", "length": 32, "steps": 2, "batch_size": 2, "lr": 1e-3, "warmup": 0,
       "min_lr_ratio": 0.1, "weight_decay": 0.1, "grad_clip": 1.0, "seed": 0}
 
@@ -118,6 +135,40 @@ CASES = [
     ("cache_dir", lambda: cache_dir(1), TypeError, "argument"),
     ("cache_dir", lambda: cache_dir("x"), TypeError, "argument"),
     ("cache_dir", lambda: cache_dir(path="x"), TypeError, "path"),
+    # chapter 11: posenc.lab.serving
+    ("PagedKVCache", lambda: PagedKVCache(0, 4, 2, 8), ValueError, "num_blocks must be an int >= 1"),
+    ("PagedKVCache", lambda: PagedKVCache(3, 4, 2, 8, block_order=[0, 0, 1]), ValueError, "a permutation of 0..2"),
+    ("PagedKVCache", lambda: PAGED.append(0, torch.randn(3, 2, 8), torch.randn(3, 2, 8), torch.arange(2)), ValueError, "k must have shape [heads=2, L, head_dim=8]"),
+    ("PagedKVCache", lambda: PAGED.gather(5), ValueError, "row must be one of the 1 rows"),
+    ("PagedKVCache", lambda: PAGED.slot_mapping(0, 99), ValueError, "out of blocks"),
+    ("paged_attend", lambda: paged_attend(X4, X4, X4, "cache", [0], positions=torch.arange(4)[None]), TypeError, "cache must be a PagedKVCache"),
+    ("paged_attend", lambda: paged_attend(X4, X4, X4, PAGED, [0, 1], positions=torch.arange(4)[None]), ValueError, "rows must list one cache row per batch row"),
+    ("paged_attend", lambda: paged_attend(X4, X4, X4, PAGED, [0], positions=torch.arange(4)), ValueError, "positions must have shape [B=1, L=4]"),
+    ("shift_rotated_keys", lambda: shift_rotated_keys(X4, 3, 10000.0), TypeError, "rope must be a posenc.RotaryEmbedding or a posenc.RoPE scheme"),
+    ("shift_rotated_keys", lambda: shift_rotated_keys(X4, 1.5, ROPE), TypeError, "shift must be an int"),
+    ("shift_rotated_keys", lambda: shift_rotated_keys(X4, torch.arange(3), ROPE), ValueError, "shift must be an int or have shape [T=4]"),
+    ("shift_rotated_keys", lambda: shift_rotated_keys(X4, 2, posenc.RotaryEmbedding(8, xpos_scale_base=512)), ValueError, "xPos scales keys by their position"),
+    ("kvcache_step_reference", lambda: kvcache_step_reference(X4[0], X4, X4), ValueError, "q must be 4-D"),
+    ("kvcache_step_reference", lambda: kvcache_step_reference(FLASH, torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8), FLASH, FLASH, cache_seqlens=4), ValueError, "cache_seqlens + Lnew must fit the cache's 4 slots"),
+    ("kvcache_step_reference", lambda: kvcache_step_reference(FLASH, torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8), FLASH, None), ValueError, "give k and v together"),
+    ("kvcache_step_reference", lambda: kvcache_step_reference(FLASH, torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8), rotary_cos=torch.ones(4, 4), rotary_sin=torch.ones(4, 4)), ValueError, "rotate the new k: give k and v"),
+    ("partial_attention", lambda: partial_attention(X4, X4, X4, torch.arange(3), torch.arange(4)), ValueError, "q_pos must be [Lq=4]"),
+    ("partial_attention", lambda: partial_attention(X4, X4, X4, torch.arange(4).float(), torch.arange(4)), TypeError, "q_pos"),
+    ("partial_attention", lambda: partial_attention(X4, torch.randn(1, 3, 4, 8), X4, torch.arange(4), torch.arange(4)), ValueError, "H % H_kv == 0"),
+    ("merge_partials", lambda: merge_partials(torch.zeros(2, 3), torch.zeros(2)), TypeError, "lists of tensors"),
+    ("merge_partials", lambda: merge_partials([], []), ValueError, "one tensor per block"),
+    ("merge_partials", lambda: merge_partials([torch.zeros(2, 3)], [torch.zeros(3)]), ValueError, "do not fit"),
+    ("attend_sharded", lambda: attend_sharded(X4, X4, X4, shards=0), ValueError, "shards must be an int >= 1"),
+    ("attend_sharded", lambda: attend_sharded(X4, X4, X4, shards=3), ValueError, "seq_len=4 must be divisible by world_size = 3"),
+    ("attend_sharded", lambda: attend_sharded(X4, X4, X4, "rope", shards=2), TypeError, "scheme must be a posenc PositionScheme"),
+    ("attend_sharded", lambda: attend_sharded(X4, X4, X4, shards=2, load_balance=1), TypeError, "load_balance must be a bool"),
+    ("rebase_cache", lambda: rebase_cache(posenc.KVCache(max_len=4), ROPE), TypeError, "a static KVCache"),
+    ("rebase_cache", lambda: rebase_cache(posenc.KVCache(), ROPE, keep=-1), ValueError, "keep must be an int >= 0"),
+    ("rebase_cache", lambda: rebase_cache(posenc.KVCache(), "rope"), TypeError, "rope must be a posenc.RotaryEmbedding"),
+    ("tree_positions_and_mask", lambda: tree_positions_and_mask([-1, 1]), ValueError, "parents[1] must be -1 or an earlier node"),
+    ("tree_positions_and_mask", lambda: tree_positions_and_mask([-2]), ValueError, "parents[0] must be an int >= -1"),
+    ("tree_positions_and_mask", lambda: tree_positions_and_mask("01"), TypeError, "parents must be a list of ints"),
+    ("tree_positions_and_mask", lambda: tree_positions_and_mask([-1], prefix=-1), ValueError, "prefix must be an int >= 0"),
 ]
 
 
