@@ -39,6 +39,7 @@ from .alibi import _check_bool
 from .cache import KVCache
 from .masks import FLEX_BLOCK, Visibility, block_visibility, dense_visibility
 from .positions import _check_mask, packed_positions
+from .rolling_cache import check_rule
 from .schemes import NoPE, PositionScheme, _a_class, make_scheme
 
 BACKENDS = ("sdpa", "math", "flex")
@@ -240,6 +241,10 @@ def attend(
                                        sink_logits=sink_logits))
     B, Lq = _check_qkv(q, k, v, own_keys=key_positions is not None)
     scheme, causal, window, dropout_p = _check_options(scheme, cache, backend, causal, window, dropout_p)
+    rolling = cache is not None and cache.rolling
+    if rolling:  # the cache holds the sinks and the last W keys: the rule is its own
+        assert cache is not None
+        window, sinks = _rolling_rule(cache, window, sinks, document_ids, attention_mask)
     scores = _check_scores(q, window, sinks, scale, softcap, sink_logits)
     heads = scheme.num_heads
     if heads is not None and heads != q.shape[1]:
@@ -273,9 +278,11 @@ def attend(
     )  # k, v [B, H_kv, Lk, Dh | Dv]; positions [Lk] or [B, Lk]; ids [B, Lk]; written slots [Lk]
     if window is not None and cache is not None and cache.evicted and not is_compiling():
         _warn_hidden(keys_pos, q_pos, window, sinks)
-    if cache is not None and cache.valid is not None:  # padding it was shown earlier stays hidden
+    if rolling:  # [B, S + W + Lq]: the written stored slots that are not padding, and the new keys
+        key_valid = written
+    elif cache is not None and cache.valid is not None:  # padding shown earlier stays hidden
         key_valid = cache.valid if key_valid is None else key_valid & cache.valid
-    if written is not None:  # a static cache: only the written slots are keys
+    elif written is not None:  # a static cache: only the written slots are keys
         key_valid = written[None] if key_valid is None else key_valid & written
     evicted = cache is not None and cache.evicted
     if (key_valid is None and doc is None and window is None and k_pos is None and not evicted
@@ -298,6 +305,27 @@ def attend(
     may_be_empty = attention_mask is not None or k_pos is not None or pair is not None
     return _attend_by_rule(q, k, v, scheme, rule, backend, dropout_p, index_bias, may_be_empty,
                            scores)
+
+
+def _rolling_rule(
+    cache: KVCache, window: int | None, sinks: object, document_ids: object, attention_mask: object
+) -> tuple[int, int]:
+    """``(window, sinks)`` a rolling cache imposes; other rules it cannot serve are refused."""
+    assert cache.window is not None and cache.sinks is not None
+    check_rule(window, sinks, cache.window, cache.sinks)
+    if document_ids is not None:
+        raise ValueError(
+            "document_ids with a rolling KVCache(sinks=..., window=...) is not supported: the "
+            "cache keeps the first keys of each row, not of each document (pack documents "
+            "without a cache, or give each its own row)"
+        )
+    if isinstance(attention_mask, Tensor) and attention_mask.dim() in (3, 4):
+        raise ValueError(
+            f"attention_mask: a {attention_mask.dim()}-D who-sees-whom mask cannot be given with "
+            "a rolling KVCache, whose slots wrap around; give a [B, T] padding mask (its last "
+            "Lq columns describe the new keys)"
+        )
+    return cache.window, cache.sinks
 
 
 @dataclass(frozen=True)
@@ -549,6 +577,8 @@ def _new_valid(key_valid: Tensor | None, cache: KVCache | None, B: int, Lq: int)
     None without a mask (or, eagerly, when a growing cache has seen no padding at all)."""
     if key_valid is None or cache is None:
         return None
+    if cache.rolling:  # _key_valid kept the new keys' columns
+        return key_valid.expand(B, Lq)
     if cache.static:  # the mask spans every slot: the new keys sit from the write pointer on
         start = cache.filled if cache.filled is not None else torch.zeros((), dtype=torch.long)
         slots = start.to(key_valid.device) + torch.arange(Lq, device=key_valid.device)
@@ -581,6 +611,14 @@ def _key_valid(
         return None
     key_valid = _check_mask("attention_mask", attention_mask)
     T = key_valid.shape[-1]
+    if cache is not None and cache.rolling:  # the last Lq columns: the new keys
+        if (key_valid.shape[0] != 1 and key_valid.shape[0] != B) or T < Lq:
+            raise ValueError(
+                f"attention_mask must have shape [{B}, T] with T >= {Lq} (the new keys) with a "
+                "rolling KVCache (its last Lq columns describe the new keys; the cache "
+                f"remembers earlier padding), got {tuple(attention_mask.shape)}"
+            )
+        return key_valid[:, T - Lq:].to(device)  # [1 | B, Lq]
     static = cache is not None and cache.static
     if cache is None:
         Lk = Lk_new

@@ -9,6 +9,9 @@ sinks; Xiao et al., 2024, StreamingLLM) ALiBi and T5 still see the true distance
 ``[B, H_kv, N, D_h]`` on the first update and writes each step in place at a write pointer kept
 as a tensor, so every decode step has the same shapes and ``torch.compile`` compiles the step
 once (the unwritten slots are masked out), as transformers' ``StaticCache`` does.
+``KVCache(max_len=S + W, sinks=S, window=W)`` is a rolling static cache: it keeps the first
+``S`` keys and the last ``W`` (StreamingLLM), writing around in place
+(``posenc.rolling_cache``).
 
 A cache serves one attention layer: :class:`~posenc.attention.MultiHeadAttention` claims the
 cache it first writes and refuses one another layer wrote. A model holds one cache per layer
@@ -25,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_int, check_rows, check_tensor, is_compiling
+from .rolling_cache import check_rolling, write_slots, written
 
 
 class CacheView(NamedTuple):
@@ -34,7 +38,8 @@ class CacheView(NamedTuple):
     v: Tensor  # [B, H_kv, T, D_v] (D_v = D_h but in multi-head latent attention)
     positions: Tensor  # [B, T] int64, the keys' positions
     document_ids: Tensor | None  # [B, T] or None
-    valid: Tensor | None  # [T] bool, the written slots of a static cache; None: all
+    valid: Tensor | None  # [T] bool, the written slots of a static cache ([B, T] with the
+    # padding for a rolling one); None: all
     q_slot: Tensor | int  # the slot of the first new token (a 0-dim tensor for a static cache)
 
 
@@ -43,12 +48,18 @@ class KVCache:
 
     ``max_len=None``: the cache grows by concatenation. ``max_len=N``: preallocated for ``N``
     tokens at the first update and written in place (for ``torch.compile``); more than ``N``
-    tokens is an error. One cache per layer (:class:`LayerCaches` holds one per layer of a
+    tokens is an error. ``max_len=S + W, sinks=S, window=W``: a rolling static cache that keeps
+    the first ``S`` keys and the last ``W`` (StreamingLLM; Xiao et al., 2024), writes around in
+    place and imposes ``window=W, sinks=S`` on attention (see ``posenc.rolling_cache``).
+    One cache per layer (:class:`LayerCaches` holds one per layer of a
     model); :class:`~posenc.attention.MultiHeadAttention` refuses a cache another layer wrote.
     """
 
-    def __init__(self, max_len: int | None = None) -> None:
+    def __init__(
+        self, max_len: int | None = None, *, sinks: int | None = None, window: int | None = None
+    ) -> None:
         self.max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
+        self.sinks, self.window = check_rolling(self.max_len, sinks, window)
         self.k: Tensor | None = None
         self.v: Tensor | None = None
         self.positions: Tensor | None = None  # [B, T] int64
@@ -79,12 +90,17 @@ class KVCache:
     def static(self) -> bool:
         return self.max_len is not None
 
+    @property
+    def rolling(self) -> bool:
+        """A rolling static cache (``window`` given): writes wrap around in place."""
+        return self.window is not None
+
     def __len__(self) -> int:
         """Keys held (a host sync for a static cache; not for compiled code)."""
         if self.k is None:
             return 0
         if self.filled is not None:
-            return int(self.filled)
+            return min(int(self.filled), self.max_len or 0)
         return self.k.shape[-2]
 
     def next_positions(self, length: int, device: torch.device) -> Tensor:
@@ -104,7 +120,10 @@ class KVCache:
         """``[T]`` bool, the written slots of a static cache (None for a growing one)."""
         if self.filled is None or self.k is None:
             return None
-        return torch.arange(self.k.shape[-2], device=self.k.device) < self.filled
+        if self.rolling:  # every slot but the trash one, once written
+            return written(self.filled, self.k.shape[-2]) & (
+                torch.arange(self.k.shape[-2], device=self.k.device) < (self.max_len or 0))
+        return written(self.filled, self.k.shape[-2])
 
     def _recompute_next(self) -> None:
         """Each row's next position from the keys it holds (after evict, crop, select)."""
@@ -206,6 +225,13 @@ class KVCache:
             )
         if new_valid is not None:
             new_valid = new_valid.to(k.device, torch.bool).expand(B, L)  # [B, L]
+        if self.rolling:
+            if document_ids is not None:
+                raise ValueError(
+                    "document_ids with a rolling KVCache(sinks=..., window=...) is not "
+                    "supported: it keeps the first keys of each row, not of each document"
+                )
+            return self._update_rolling(k, v, pos, new_valid)
         if self.static:
             return self._update_static(k, v, pos, document_ids, new_valid)
         if new_valid is not None or self.valid is not None:  # remember the padding
@@ -250,7 +276,8 @@ class KVCache:
             raise ValueError(
                 f"KVCache(max_len={N}) holds {len(self)} tokens and cannot take {L} more; "
                 "make max_len larger (a sliding-window layer's cache needs only the last W "
-                "keys: evict on a growing cache, or a rolling cache in a later release)"
+                "keys: KVCache(max_len=S + W, sinks=S, window=W) is a rolling cache that keeps "
+                "the first S and the last W)"
             )
         if self.k is None:
             self.k = k.new_zeros(B, H, N, D)  # [B, H_kv, N, D_h]
@@ -266,7 +293,8 @@ class KVCache:
             raise ValueError(
                 f"KVCache(max_len={N}) holds {int(self.filled)} tokens and cannot take {L} more; "
                 "make max_len larger (a sliding-window layer's cache needs only the last W "
-                "keys: evict on a growing cache, or a rolling cache in a later release)"
+                "keys: KVCache(max_len=S + W, sinks=S, window=W) is a rolling cache that keeps "
+                "the first S and the last W)"
             )
         start = self.filled.clone()
         slots = start + torch.arange(L, device=k.device)  # [L]
@@ -286,6 +314,42 @@ class KVCache:
         valid = torch.arange(N, device=k.device) < self.filled  # [N]
         return CacheView(self.k, self.v, self.positions, self.document_ids, valid, start)
 
+    def _update_rolling(
+        self, k: Tensor, v: Tensor, pos: Tensor, new_valid: Tensor | None
+    ) -> CacheView:
+        """Return ``cat(stored slots, new keys)`` for the queries, then write the new keys into
+        their sink, window or trash slots (:func:`~posenc.rolling_cache.write_slots`)."""
+        assert self.max_len is not None and self.sinks is not None and self.window is not None
+        B, H, L, D = k.shape
+        N = self.max_len
+        if self.k is None:  # N slots and the trash slot
+            self.k = k.new_zeros(B, H, N + 1, D)  # [B, H_kv, N + 1, D_h]
+            self.v = v.new_zeros(B, H, N + 1, v.shape[-1])  # [B, H_kv, N + 1, D_v]
+            self.positions = torch.zeros(B, N + 1, dtype=torch.long, device=k.device)  # [B, N + 1]
+            self.filled = torch.zeros((), dtype=torch.long, device=k.device)
+            self.next_start = torch.zeros(B, dtype=torch.long, device=k.device)  # [B]
+            self.valid = torch.ones(B, N + 1, dtype=torch.bool, device=k.device)  # [B, N + 1]
+        assert (self.v is not None and self.positions is not None and self.filled is not None
+                and self.valid is not None and self.next_start is not None)
+        real = new_valid if new_valid is not None else torch.ones(
+            B, L, dtype=torch.bool, device=k.device)  # [B, L]
+        held = written(self.filled, N)[None] & self.valid[:, :N]  # [B, N]
+        view = CacheView(
+            torch.cat([self.k[:, :, :N], k], dim=-2),  # [B, H_kv, N + L, D_h]
+            torch.cat([self.v[:, :, :N], v], dim=-2),  # [B, H_kv, N + L, D_v]
+            torch.cat([self.positions[:, :N], pos], dim=-1),  # [B, N + L]
+            None, torch.cat([held, real], dim=-1), N,  # valid [B, N + L]: written, not padding
+        )
+        slots = write_slots(self.filled, L, self.sinks, self.window)  # [L]
+        self.k.index_copy_(2, slots, k)
+        self.v.index_copy_(2, slots, v)
+        self.positions.index_copy_(1, slots, pos)
+        self.valid.index_copy_(1, slots, real)
+        self.filled.add_(L)
+        if L:
+            self.next_start.copy_(torch.maximum(self.next_start, self._top(pos, new_valid)))
+        return view
+
     def evict(self, keep: Tensor) -> None:
         """Keep only the cached slots ``keep`` (a 1-D index or bool tensor over the ``T`` slots),
         e.g. a few sink tokens plus the last ``W``. Positions are kept with their keys, so
@@ -294,7 +358,10 @@ class KVCache:
         Each index names one slot in ``[-T, T)`` (negative counts from the end, as Python's)
         and appears once: a slot kept twice would count twice in every later softmax."""
         if self.static:
-            raise ValueError("evict works on a growing KVCache (max_len=None), not a static one")
+            raise ValueError(
+                "evict works on a growing KVCache (max_len=None), not a static one (a rolling "
+                "KVCache(max_len=S + W, sinks=S, window=W) evicts by itself)"
+            )
         check_tensor("keep", keep, min_dim=1)
         if self.k is None or self.v is None or self.positions is None:
             raise ValueError("evict: the cache is empty")
@@ -352,6 +419,13 @@ class KVCache:
 
     def _check_crop(self, n: object) -> int:
         """``n`` as the number of slots to keep, checked against what the cache holds."""
+        if self.rolling:
+            raise ValueError(
+                f"crop: a rolling KVCache(max_len={self.max_len}, sinks={self.sinks}, "
+                f"window={self.window}) overwrites its oldest window keys in place, so keys "
+                "cropped away cannot come back; roll back on a growing KVCache() (crop, evict) "
+                "or start anew with reset()"
+            )
         n = check_int("n", n)
         held = len(self)
         if not -held <= n <= held:
@@ -448,15 +522,21 @@ def streaming_keep(length: int, sinks: int, window: int) -> tuple[Tensor, Tensor
 class LayerCaches(Sequence[KVCache]):
     """One :class:`KVCache` per layer of a model, as transformers' ``Cache`` holds one per layer.
 
-    ``LayerCaches(num_layers, *, max_len=None)`` (``max_len`` is keyword-only; an int gives
-    every layer a static cache of that many slots); ``caches[i]`` is layer ``i``'s cache. Pass it
-    where a model takes its caches (``TransformerLM(...)(tokens, caches=caches)``) and give
-    ``caches[i]`` to layer ``i``: a cache holds one layer's keys.
+    ``LayerCaches(num_layers, *, max_len=None, sinks=None, window=None)`` (keyword-only; an int
+    ``max_len`` gives every layer a static cache of that many slots, with ``sinks`` and
+    ``window`` a rolling one, as :class:`~posenc.cache.KVCache` takes them); ``caches[i]`` is
+    layer ``i``'s cache. Pass it where a model takes its caches
+    (``TransformerLM(...)(tokens, caches=caches)``) and give ``caches[i]`` to layer ``i``: a
+    cache holds one layer's keys.
     """
 
-    def __init__(self, num_layers: int, *, max_len: int | None = None) -> None:
+    def __init__(
+        self, num_layers: int, *, max_len: int | None = None, sinks: int | None = None,
+        window: int | None = None,
+    ) -> None:
         num_layers = check_int("num_layers", num_layers, minimum=1)
-        self.layers = tuple(KVCache(max_len) for _ in range(num_layers))
+        self.layers = tuple(
+            KVCache(max_len, sinks=sinks, window=window) for _ in range(num_layers))
 
     def __getitem__(self, i: int) -> KVCache:  # type: ignore[override]  # no slices
         if isinstance(i, bool):

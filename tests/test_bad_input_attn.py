@@ -92,6 +92,13 @@ CASES = [
     ("KVCache", lambda: KVCache().update(Q.tolist(), Q), TypeError, "k must be a torch.Tensor"),
     ("KVCache", lambda: _kv_twice(torch.randn(1, 3, 1, 8)), ValueError, "new k (1, 3, 1, 8) does not match the cached keys"),
     ("KVCache", lambda: _kv_twice(Q.double()), ValueError, "new k is torch.float64"),
+    # a rolling KVCache(max_len=S + W, sinks=S, window=W)
+    ("KVCache", lambda: KVCache(6, sinks=2), ValueError, "KVCache: sinks=2 needs window=W too"),
+    ("KVCache", lambda: KVCache(sinks=2, window=4), ValueError, "window=4 makes a rolling static cache and needs max_len=sinks + window = 6"),
+    ("KVCache", lambda: KVCache(5, sinks=2, window=4), ValueError, "max_len must be 2 + 4 = 6, got max_len=5"),
+    ("KVCache", lambda: KVCache(6, sinks=-1, window=4), ValueError, "sinks must be an int >= 0, got -1"),
+    ("KVCache", lambda: KVCache(6, sinks=2, window=4.0), TypeError, "window must be an int, got 4.0 (float)"),
+    ("KVCache", lambda: KVCache(6, window=0), ValueError, "window must be an int >= 1, got 0"),
     # MultiHeadAttention
     ("MultiHeadAttention", lambda: MultiHeadAttention(32, 0), ValueError, "num_heads must be an int >= 1, got 0"),
     ("MultiHeadAttention", lambda: MultiHeadAttention(32, 4)(torch.randn(1, 3, 32, dtype=torch.float64)), TypeError, "x must have the layer's dtype torch.float32, got torch.float64"),
