@@ -193,3 +193,55 @@ def test_heatmap_tick_labels_follow_the_control() -> None:
 def test_heatmap_bad_tick_labels(change: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _heat(**change)
+
+
+TREES = {"chain": [-1, 0, 1, 2], "two branches": [-1, 0, -1, 2], "top-2 x 2": [-1, -1, 0, 1, 0],
+         "fan of 3": [-1, -1, -1]}
+
+
+def _tree(**kwargs) -> explore.Explorable:
+    args = dict(prefix=3, xlabel="key", ylabel="query", zlabel="m - n", control_label="tree",
+                label="who sees whom in a draft tree", active=2)
+    args.update(kwargs)
+    return explore.speculative_tree("test-tree", TREES, **args)
+
+
+def test_speculative_tree_draws_who_sees_whom_by_depth() -> None:
+    """Each step's matrix, recomputed by hand from the parents: a node sees the prefix, its
+    ancestors and itself, at positions prefix + depth; the rest (and the padding) is blank."""
+    ex = _tree()
+    values = ex.figure["layout"]["meta"]["posenc"]["values"]
+    size = 3 + max(len(p) for p in TREES.values())
+    for step, (name, parents) in enumerate(TREES.items()):
+        assert values[step] == explore.tree_value(3, parents)
+        P, N = 3, len(parents)
+        depth, anc = [0] * N, [{i} for i in range(N)]
+        for i, p in enumerate(parents):
+            if p >= 0:
+                depth[i], anc[i] = depth[p] + 1, anc[p] | {i}
+        pos = list(range(P)) + [P + d for d in depth]
+        want = torch.full((size, size), float("-inf"), dtype=torch.float64)
+        for m in range(P + N):
+            for n in range(P + N):
+                sees = n <= m if m < P else (n < P or (n - P) in anc[m - P])
+                if sees:
+                    want[m, n] = pos[m] - pos[n]
+        (shown,) = explore.frame_data(ex, step, key="z")
+        got = torch.tensor([[float("-inf") if v is None else v for v in row] for row in shown],
+                           dtype=torch.float64)
+        assert torch.equal(got, want), name
+        ticks = ex.figure["layout"]["sliders"][0]["steps"][step]["args"][1]["xaxis.ticktext"]
+        assert ticks == [str(p) for p in pos] + [""] * (size - P - N)
+    go = pytest.importorskip("plotly.graph_objects")
+    go.Figure(data=ex.figure["data"], layout=ex.figure["layout"])  # raises on a bad key
+
+
+def test_speculative_tree_bad_input() -> None:
+    with pytest.raises(TypeError, match="trees must be a non-empty dict"):
+        explore.speculative_tree("t", [[-1, 0]], prefix=2, xlabel="", ylabel="", zlabel="",
+                                 control_label="", label="")
+    with pytest.raises(ValueError, match="prefix must be in 1..64"):
+        _tree(prefix=0)
+    with pytest.raises(ValueError, match="an earlier node"):
+        explore.speculative_tree("t", {"bad": [-1, 3]}, prefix=2, xlabel="", ylabel="",
+                                 zlabel="", control_label="", label="")

@@ -171,6 +171,36 @@ def _ch10_visibility(layout: float, x: list[list[float]]) -> list[torch.Tensor]:
     return [(m - n).double().masked_fill(~seen, float("-inf"))]
 
 
+def _ch11_tree(value: float | str, x: list[list[float]]) -> list[torch.Tensor]:
+    """A speculative-decoding draft tree after a prefix (chapter 11): the value is
+    ``"P:parents"``; the distance m - n between the positions the tokens get (the prefix at
+    0 .. P - 1, a node at P + its depth), -inf (undrawn) where the query may not see the key
+    (the prefix is causal; a node sees the prefix, its ancestors and itself); blank padding
+    past the tree. The rule written out here, and the boolean mask it makes given to
+    posenc.attend, whose one-hot outputs must agree."""
+    (xs,) = x  # a heatmap: the token slots; the expected value is its z, [query, key]
+    head, _, tail = str(value).partition(":")
+    P, parents = int(head), [int(p) for p in tail.split(",")]
+    N, size = len(parents), len(xs)
+    assert torch.equal(torch.tensor(xs, dtype=torch.float64),
+                       torch.arange(size, dtype=torch.float64))
+    depth, ancestors = [0] * N, [{i} for i in range(N)]
+    for i, p in enumerate(parents):
+        if p >= 0:
+            depth[i], ancestors[i] = depth[p] + 1, ancestors[p] | {i}
+    pos = torch.tensor(list(range(P)) + [P + d for d in depth])
+    T = P + N
+    allowed = torch.tensor([[n <= m if m < P else (n < P or (n - P) in ancestors[m - P])
+                             for n in range(T)] for m in range(T)])
+    zeros = torch.zeros(1, 1, T, T)
+    seen = posenc.attend(zeros, zeros, torch.eye(T)[None, None], positions=pos,
+                         attention_mask=allowed[None], backend="math")[0, 0] > 0
+    assert torch.equal(seen, allowed)
+    z = torch.full((size, size), float("-inf"), dtype=torch.float64)
+    z[:T, :T] = (pos[:, None] - pos[None, :]).double().masked_fill(~allowed, float("-inf"))
+    return [z]
+
+
 EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = {
     "ch03-offset": _ch03_offset,
     "ch04-decay": _ch04_decay,
@@ -178,6 +208,7 @@ EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = 
     "ch05-heatmaps": _ch05_heatmaps,
     "ch07-rules": _ch07_rules,
     "ch10-visibility": _ch10_visibility,
+    "ch11-tree": _ch11_tree,
     "mrope-ids": _mrope_ids,  # chapter 9 (its static figure is fig-mrope-ids)
 }
 
