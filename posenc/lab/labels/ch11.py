@@ -25,6 +25,20 @@ LABELS = {
         "contiguous": "contiguous chunks",
         "head_tail": "head-tail chunks",
         "work_title": "Causal work per rank, L = {length}, {world} ranks",
+        "tree_key": "key slot (tick: its position)",
+        "tree_query": "query slot (tick: its position)",
+        "tree_distance": "distance m − n",
+        "tree_control": "draft tree",
+        "tree_names": {
+            "chain": "a chain of 4",
+            "branches": "2 roots, 6 nodes",
+            "wide": "3 roots, 8 nodes",
+        },
+        "explore_tree": "Who sees whom in a speculative-decoding draft tree after a 5-token "
+                        "prefix: query rows against key columns, each visible pair coloured by "
+                        "its distance m − n, hidden pairs blank, each tick the position the "
+                        "token gets (the prefix 0 to 4, a node 5 + its depth); a slider "
+                        "switches between a chain and two trees",
     },
     "zh": {
         "position": "流中的位置",
@@ -50,5 +64,17 @@ LABELS = {
         "contiguous": "连续切块",
         "head_tail": "首尾切块",
         "work_title": "每个 rank 的因果计算量，L = {length}，{world} 个 rank",
+        "tree_key": "键的槽位（刻度：其位置）",
+        "tree_query": "查询的槽位（刻度：其位置）",
+        "tree_distance": "距离 m − n",
+        "tree_control": "草稿树",
+        "tree_names": {
+            "chain": "4 个节点的链",
+            "branches": "2 个根，6 个节点",
+            "wide": "3 个根，8 个节点",
+        },
+        "explore_tree": "前缀为 5 个词元的投机解码草稿树中谁能看见谁：每行是一个查询，每列是一个键，"
+                        "可见的一对按距离 m − n 着色，不可见的留白，每个刻度是该词元得到的位置"
+                        "（前缀为 0 到 4，节点为 5 + 其深度）；滑块在一条链和两棵树之间切换",
     },
 }
