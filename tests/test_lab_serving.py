@@ -152,6 +152,37 @@ def test_kvcache_step_reference_equals_posenc_cache(interleaved, new):
                                    atol=2e-6, rtol=1e-5)
 
 
+def test_kvcache_step_reference_over_a_paged_cache():
+    """flash-attn's block_table: the same step over PagedKVCache's pages (blocks scattered)
+    equals the step over a contiguous cache, and writes the new keys into the right blocks."""
+    B, S, new, seqlens = 3, 12, 2, torch.tensor([4, 9, 0])
+    paged = serving.PagedKVCache(9, 3, H_KV, D, block_order=[5, 0, 8, 2, 7, 1, 4, 6, 3])
+    k_flat, v_flat = torch.zeros(B, S, H_KV, D), torch.zeros(B, S, H_KV, D)
+    for b in range(B):
+        row, n = paged.add_row(), int(seqlens[b])
+        kh, vh = _randn(H_KV, n, D, seed=b), _randn(H_KV, n, D, seed=7 + b)
+        paged.append(row, kh, vh, torch.arange(n))
+        k_flat[b, :n], v_flat[b, :n] = kh.transpose(0, 1), vh.transpose(0, 1)
+        paged.slot_mapping(row, new)  # blocks for the new tokens, as the scheduler allots them
+    cos, sin = posenc.rope_cos_sin(torch.arange(S), RoPE(D).rotary.inv_freq)
+    args = (_randn(B, new, H, D, seed=1), _randn(B, new, H_KV, D, seed=2),
+            _randn(B, new, H_KV, D, seed=3))
+    q, k, v = args
+    flat = serving.kvcache_step_reference(q, k_flat, v_flat, k, v, cos[:, ::2], sin[:, ::2],
+                                          seqlens, causal=True)
+    table = paged.block_table()
+    got = serving.kvcache_step_reference(q, paged.k_pages, paged.v_pages, k, v, cos[:, ::2],
+                                         sin[:, ::2], seqlens, causal=True, block_table=table)
+    torch.testing.assert_close(got, flat)
+    for b in range(B):
+        paged.lengths[b] += new  # the kernel wrote them; the bookkeeping follows
+        torch.testing.assert_close(paged.gather(b)[0].transpose(0, 1),
+                                   k_flat[b, : int(seqlens[b]) + new])
+    with pytest.raises(ValueError, match="block_table"):
+        serving.kvcache_step_reference(q, paged.k_pages, paged.v_pages, k, v,
+                                       cache_seqlens=seqlens, block_table=table.fill_(-1))
+
+
 def test_kvcache_step_alibi_and_empty_rows():
     """alibi_slopes as flash-attn adds them; a query that sees no key is 0."""
     B, S = 1, 8

@@ -328,6 +328,21 @@ def _rotate_half_table(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -
     return torch.cat([out.to(x.dtype), x[..., rd:]], dim=-1)
 
 
+def _contiguous_slots(rows: int, S: int):
+    """Row ``b``'s slots ``t`` in a contiguous cache ``[B, S, ...]``: the index ``(b, t)``."""
+    def slot_of(b: int, t: Tensor) -> tuple[Tensor, Tensor]:
+        return torch.full_like(t, b), t
+    return slot_of
+
+
+def _paged_slots(block_table: Tensor, block_size: int):
+    """Row ``b``'s slots ``t`` in a paged cache ``[num_blocks, block_size, ...]``: the index
+    ``(block_table[b, t // block_size], t % block_size)``."""
+    def slot_of(b: int, t: Tensor) -> tuple[Tensor, Tensor]:
+        return block_table[b, t // block_size], t % block_size
+    return slot_of
+
+
 def kvcache_step_reference(
     q: Tensor,
     k_cache: Tensor,
@@ -342,13 +357,18 @@ def kvcache_step_reference(
     causal: bool = False,
     rotary_interleaved: bool = True,
     alibi_slopes: Tensor | None = None,
+    block_table: Tensor | None = None,
     return_softmax_lse: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """flash-attn's ``flash_attn_with_kvcache`` on the CPU, written from its documented
     semantics (flash_attn/flash_attn_interface.py): layouts ``q [B, Lq, H, D]``,
     ``k_cache``, ``v_cache [B, S, H_kv, D]``, new ``k``, ``v [B, Lnew, H_kv, D]``,
     ``rotary_cos``/``rotary_sin [seqlen_ro, rotary_dim / 2]`` (one angle per pair),
-    ``cache_seqlens`` an int or ``[B]``.
+    ``cache_seqlens`` an int or ``[B]``. With ``block_table [B, max_blocks]`` (a paged cache,
+    as :class:`PagedKVCache` keeps it) the caches are ``[num_blocks, block_size, H_kv, D]``
+    and row ``b``'s slot ``t`` is block ``block_table[b, t // block_size]``, offset
+    ``t % block_size``: rotation, writing and attention follow the slot ``t``, wherever its
+    block lies.
 
     - With ``rotary_cos``/``rotary_sin``, the new key of row ``b`` is rotated at positions
       ``cache_seqlens[b], cache_seqlens[b] + 1, ...``; the query likewise when ``causal``, and
@@ -360,8 +380,8 @@ def kvcache_step_reference(
       gives 0.
 
     Returns ``out [B, Lq, H, D]`` (and the log-sum-exp ``[B, H, Lq]`` of the scaled scores with
-    ``return_softmax_lse``). Not the kernel: no paging, no ``cache_batch_idx``, no
-    ``cache_leftpad``, no window or softcap.
+    ``return_softmax_lse``). Not the kernel: no ``cache_batch_idx``, no ``cache_leftpad``, no
+    window or softcap, any block size.
     """
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         check_tensor(name, t, floating=True)
@@ -369,11 +389,22 @@ def kvcache_step_reference(
             raise ValueError(f"{name} must be 4-D (flash-attn's [B, L, H, D]), got "
                              f"{tuple(t.shape)}")
     B, Lq, H, D = q.shape
-    S, H_kv = k_cache.shape[1], k_cache.shape[2]
-    if k_cache.shape != v_cache.shape or k_cache.shape[0] != B or k_cache.shape[3] != D \
-            or H % H_kv:
-        raise ValueError(f"k_cache, v_cache must be [B={B}, S, H_kv, D={D}] with H % H_kv == 0, "
-                         f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    H_kv = k_cache.shape[2]
+    if block_table is None:
+        S = k_cache.shape[1]
+        slot_of = _contiguous_slots(k_cache.shape[0], S)
+    else:
+        check_tensor("block_table", block_table)
+        if block_table.is_floating_point() or block_table.dim() != 2 or block_table.shape[0] != B:
+            raise ValueError(f"block_table must be an integer tensor [B={B}, max_blocks], got "
+                             f"{block_table.dtype} {tuple(block_table.shape)}")
+        S = block_table.shape[1] * k_cache.shape[1]  # slots a row can address
+        slot_of = _paged_slots(block_table.long().cpu(), k_cache.shape[1])
+    rows_ok = block_table is not None or k_cache.shape[0] == B
+    if k_cache.shape != v_cache.shape or not rows_ok or k_cache.shape[3] != D or H % H_kv:
+        raise ValueError(f"k_cache, v_cache must be [B={B}, S, H_kv, D={D}] (paged: "
+                         f"[num_blocks, block_size, H_kv, D]) with H % H_kv == 0, got "
+                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
     if (k is None) != (v is None):
         raise ValueError("give k and v together (the new keys and values), or neither")
     Lnew = 0 if k is None else k.shape[1]
@@ -393,6 +424,13 @@ def kvcache_step_reference(
     if int(seqlens.min()) < 0 or int(seqlens.max()) + Lnew > S:
         raise ValueError(f"cache_seqlens + Lnew must fit the cache's {S} slots, got "
                          f"cache_seqlens {seqlens.tolist()} and Lnew={Lnew}")
+    if block_table is not None:
+        bs, nb = k_cache.shape[1], k_cache.shape[0]
+        for b in range(B):
+            used = block_table[b, : -(-(int(seqlens[b]) + Lnew) // bs)]
+            if used.numel() and (int(used.min()) < 0 or int(used.max()) >= nb):
+                raise ValueError(f"block_table[{b}] must name blocks in [0, {nb}) for the row's "
+                                 f"{int(seqlens[b]) + Lnew} slots, got {used.tolist()}")
     rotary = rotary_cos is not None or rotary_sin is not None
     if rotary:
         if rotary_cos is None or rotary_sin is None or rotary_cos.shape != rotary_sin.shape \
@@ -421,11 +459,13 @@ def kvcache_step_reference(
                 q_idx = torch.arange(n, n + Lq) if causal else torch.full((Lq,), n)
                 qb = _rotate_half_table(qb, rotary_cos[q_idx], rotary_sin[q_idx],
                                         rotary_interleaved)
-            k_cache[b, n:n + Lnew] = kb.to(k_cache.dtype)  # in place, as the kernel
-            v_cache[b, n:n + Lnew] = v[b].to(v_cache.dtype)
+            where = slot_of(b, torch.arange(n, n + Lnew))  # (block or row, offset) of each
+            k_cache[where] = kb.to(k_cache.dtype)  # in place, as the kernel
+            v_cache[where] = v[b].to(v_cache.dtype)
         seqlen_k = n + Lnew
-        keys = k_cache[b, :seqlen_k].float().repeat_interleave(H // H_kv, dim=1)  # [Tk, H, D]
-        vals = v_cache[b, :seqlen_k].float().repeat_interleave(H // H_kv, dim=1)
+        held = slot_of(b, torch.arange(seqlen_k))
+        keys = k_cache[held].float().repeat_interleave(H // H_kv, dim=1)  # [Tk, H, D]
+        vals = v_cache[held].float().repeat_interleave(H // H_kv, dim=1)
         s = torch.einsum("qhd,khd->hqk", qb.float(), keys) * scale  # [H, Lq, Tk]
         i = torch.arange(Lq)[:, None] + seqlen_k - Lq  # [Lq, 1]: the query's aligned index
         j = torch.arange(seqlen_k)[None, :]  # [1, Tk]
