@@ -10,7 +10,11 @@ from _wrap import flat
 
 import posenc
 from posenc.lab.exercises import WIDTH, display_width
-from posenc.lab.exercises.ch10 import check_cu_seqlens, check_positions_from_mask
+from posenc.lab.exercises.ch10 import (
+    check_cu_seqlens,
+    check_positions_from_mask,
+    check_window_sinks,
+)
 
 
 def positions(mask, new):
@@ -79,7 +83,7 @@ def test_stub_gives_false_without_raising(capsys):
     def stub(*args):
         raise NotImplementedError  # your code here
 
-    for check in (check_positions_from_mask, check_cu_seqlens):
+    for check in (check_positions_from_mask, check_cu_seqlens, check_window_sinks):
         _rejects(check, stub, capsys, "not implemented yet")
         _rejects(check, "not a function", capsys, "expected a function")
 
@@ -117,6 +121,9 @@ def test_chinese_hints_fit_the_page_and_space_latin_names(capsys):
         (check_positions_from_mask, lambda m, k: posenc.positions_from_mask(m)),
         (check_cu_seqlens, lambda ids: (cu(ids)[0].long(), cu(ids)[1])),
         (check_cu_seqlens, lambda ids: (cu(ids)[0][1:], cu(ids)[1])),
+        (check_window_sinks, lambda m, n, w, s: visible(m, n, w + 1, s)),
+        (check_window_sinks, lambda m, n, w, s: visible(m, n, w, 0)),
+        (check_window_sinks, lambda m, n, w, s: visible(m, n, w, s).long()),
     ]
     for check, fn in wrongs:
         check(fn, lang="zh")
@@ -129,7 +136,51 @@ def test_chinese_hints_fit_the_page_and_space_latin_names(capsys):
                     raise AssertionError(f"no space between {a!r} and {b!r}: {line}")
 
 
-@pytest.mark.parametrize("check", [check_positions_from_mask, check_cu_seqlens])
+@pytest.mark.parametrize("check", [check_positions_from_mask, check_cu_seqlens,
+                                   check_window_sinks])
 def test_a_bad_lang_raises(check):
     with pytest.raises(ValueError, match="lang"):
         check(positions, lang="fr")
+
+
+def visible(m, n, window, sinks):
+    m, n = m[:, None], n[None, :]
+    return (n <= m) & ((m - n < window) | (n < sinks))
+
+
+def test_window_sinks_rule_is_attends(capsys):
+    """The checker's cases: the written-out rule is the one posenc.attend applies."""
+    from posenc.lab.exercises.ch10 import _WINDOWS
+
+    for m, n, window, sinks in _WINDOWS:
+        zq, zk = torch.zeros(1, 1, len(m), 4), torch.zeros(1, 1, len(n), 4)
+        out = posenc.attend(zq, zk, torch.eye(len(n))[None, None], positions=m,
+                            key_positions=n, window=window, sinks=sinks or None,
+                            backend="math")
+        assert torch.equal(out[0, 0] > 0, visible(m, n, window, sinks))
+    assert check_window_sinks(visible)
+    assert check_window_sinks(visible, lang="zh")
+
+
+def test_window_sinks_slips(capsys):
+    check = check_window_sinks
+
+    def wide(m, n, w, s):  # m - n <= W: one key too many
+        return visible(m, n, w + 1, s)
+
+    def future_sinks(m, n, w, s):
+        return visible(m, n, w, 0) | (n[None, :] < s).expand(len(m), -1)
+
+    def by_slot(m, n, w, s):
+        return visible(torch.arange(len(n))[-len(m):], torch.arange(len(n)), w, s)
+
+    _rejects(check, wide, capsys, "off by one")
+    _rejects(check, future_sinks, capsys, "n <= m")
+    _rejects(check, lambda m, n, w, s: visible(m, n, w, 0), capsys, "sinks are missing")
+    _rejects(check, by_slot, capsys, "slot indices")
+    _rejects(check, lambda m, n, w, s: visible(m, n, w, s).long(), capsys, "bool")
+    _rejects(check, lambda m, n, w, s: visible(m, n, w, s)[:, 1:], capsys, "shape")
+    _rejects(check, wide, capsys, "差了一位", lang="zh")
+    _rejects(check, future_sinks, capsys, "汇聚点仍然是过去的键", lang="zh")
+    with pytest.raises(ValueError, match="lang"):
+        check(visible, lang="fr")

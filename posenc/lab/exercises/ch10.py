@@ -1,6 +1,7 @@
 """Checkers for chapter 10's exercises (positions in batches): the position ids of a decode step
-in a left-padded batch, and FlashAttention's varlen offsets of a packed batch. Every hint is
-wrapped by display width (``verdict``). The cache and serving exercises are chapter 11's
+in a left-padded batch, FlashAttention's varlen offsets of a packed batch, and who sees whom
+under a sliding window with attention sinks. Every hint is wrapped by display width
+(``verdict``). The cache and serving exercises are chapter 11's
 (:mod:`posenc.lab.exercises.ch11`).
 """
 
@@ -15,7 +16,7 @@ import posenc
 
 from . import attempt, check_lang, compare, fail, say, verdict
 
-__all__ = ["check_positions_from_mask", "check_cu_seqlens"]
+__all__ = ["check_positions_from_mask", "check_cu_seqlens", "check_window_sinks"]
 
 
 
@@ -181,3 +182,75 @@ def _cu_hint(got: object, ids: Tensor, want: Tensor, lang: str) -> str | None:
                    "文档是按行内顺序排列的连续段，id 改变之处和每行的开头都开始一个新文档，"
                    "所以出现在两行里的同一个 id 是两篇文档")
     return None
+
+
+# ----------------------------------------------------------------- a window with sinks
+
+_WINDOWS = [  # (query positions, key positions, window, sinks)
+    (torch.arange(8), torch.arange(8), 3, 0),  # a plain window
+    (torch.arange(10), torch.arange(10), 4, 2),
+    (torch.tensor([9]), torch.arange(10), 4, 2),  # one decode step
+    (torch.arange(6, 10), torch.arange(10), 3, 1),  # a chunk of queries after a prefix
+    (torch.arange(5), torch.arange(5), 2, 4),  # sinks ahead of the early queries
+    (torch.arange(20, 24), torch.arange(16, 24), 3, 2),  # keys from 16: no sink left
+]
+
+
+def _visible(m: Tensor, n: Tensor, window: int, sinks: int, *, reach: int = 0,
+             causal_sinks: bool = True) -> Tensor:
+    m, n = m[:, None], n[None, :]
+    past = n <= m
+    in_window = past & (m - n < window + reach)
+    sink = n < sinks
+    return in_window | (sink & past if causal_sinks else sink)
+
+
+def check_window_sinks(fn: Callable[[Tensor, Tensor, int, int], Tensor], *,
+                       lang: str = "en") -> bool:
+    """``fn(q_positions, k_positions, window, sinks) -> visible``: a bool ``[Lq, Lk]``, True where
+    the query at position ``m`` may see the key at position ``n``: ``n <= m`` and either
+    ``m - window < n`` (the window) or ``n < sinks`` (the first positions). Compared with the rule
+    ``posenc.attend(..., window=..., sinks=...)`` applies; the verdict in ``lang``."""
+    check_lang(lang)
+    for m, n, window, sinks in _WINDOWS:
+        setting = (f"q_positions={m.tolist()}, k_positions={n.tolist()}, window={window}, "
+                   f"sinks={sinks}")
+        got, error = attempt(fn, m.clone(), n.clone(), window, sinks, lang=lang)
+        if error:
+            return fail(error, setting, lang)
+        want = _visible(m, n, window, sinks)
+        if isinstance(got, Tensor) and got.shape == want.shape and got.dtype != torch.bool:
+            return fail(say(lang, en=f"return a bool tensor (True = may see), got dtype "
+                            f"{got.dtype}",
+                            zh=f"请返回布尔张量（True 表示能看见），得到的 dtype 是 {got.dtype}"),
+                        setting, lang)
+        problem = compare(got.float() if isinstance(got, Tensor) else got, want.float(),
+                          what=say(lang, en="who sees whom", zh="可见性矩阵"), lang=lang)
+        if problem is None:
+            continue
+        if not (isinstance(got, Tensor) and got.shape == want.shape):
+            return fail(problem, setting, lang)
+        if torch.equal(got, _visible(m, n, window, sinks, reach=1)):
+            hint = say(lang, en="off by one: a window of W keys holds the query itself and the "
+                       "W - 1 keys before it, m - W < n <= m",
+                       zh="差了一位：W 个键的窗口包括查询自己和它前面的 W - 1 个键，即 m - W < n <= m")
+        elif torch.equal(got, _visible(m, n, window, sinks, causal_sinks=False)):
+            hint = say(lang, en="a sink is still a key of the past: the query at position m "
+                       "sees the sink at position n only if n <= m",
+                       zh="汇聚点仍然是过去的键：位置 m 的查询只有在 n <= m 时才能看见位置 n 的汇聚点")
+        elif torch.equal(got, _visible(m, n, window, 0)):
+            hint = say(lang, en="the sinks are missing: the first `sinks` positions stay "
+                       "visible to every query that comes after them",
+                       zh="缺少汇聚点：最前面 sinks 个位置对其后的每个查询都保持可见")
+        elif torch.equal(got, _visible(torch.arange(len(n))[-len(m):], torch.arange(len(n)),
+                                        window, sinks)):
+            hint = say(lang, en="you used slot indices; compare the positions you are given",
+                       zh="你用的是词元格下标；请比较传入的位置")
+        else:
+            hint = problem
+        return fail(hint, setting, lang)
+    return verdict(True, say(
+        lang, en="your rule is the one posenc.attend applies with window and sinks,\n"
+        "  for every case tried",
+        zh="你的规则与 posenc.attend 在 window 和 sinks 下使用的规则相同，\n"
+        "  试过的每种情形都一样"))
