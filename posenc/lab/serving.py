@@ -446,7 +446,7 @@ def kvcache_step_reference(
     rotary_interleaved = check_bool("rotary_interleaved", rotary_interleaved)
     scale = D ** -0.5 if softmax_scale is None else float(softmax_scale)
     out = q.new_zeros(B, Lq, H, D)
-    lse = torch.full((B, H, Lq), float("-inf"))
+    lse = torch.full((B, H, Lq), float("-inf"), device=q.device)
     for b in range(B):
         n = int(seqlens[b])
         qb = q[b]  # [Lq, H, D]
@@ -467,10 +467,10 @@ def kvcache_step_reference(
         keys = k_cache[held].float().repeat_interleave(H // H_kv, dim=1)  # [Tk, H, D]
         vals = v_cache[held].float().repeat_interleave(H // H_kv, dim=1)
         s = torch.einsum("qhd,khd->hqk", qb.float(), keys) * scale  # [H, Lq, Tk]
-        i = torch.arange(Lq)[:, None] + seqlen_k - Lq  # [Lq, 1]: the query's aligned index
-        j = torch.arange(seqlen_k)[None, :]  # [1, Tk]
+        i = torch.arange(Lq, device=q.device)[:, None] + seqlen_k - Lq  # [Lq, 1]: aligned index
+        j = torch.arange(seqlen_k, device=q.device)[None, :]  # [1, Tk]
         if alibi_slopes is not None:
-            s = s - alibi_slopes.float().view(H, 1, 1) * (i - j).abs()
+            s = s - alibi_slopes.to(q.device, torch.float32).view(H, 1, 1) * (i - j).abs()
         if causal:
             s = s.masked_fill(j > i, float("-inf"))
         row_lse = torch.logsumexp(s, dim=-1)  # [H, Lq]
@@ -515,6 +515,7 @@ def partial_attention(
         raise ValueError(f"q_pos must be [Lq={q.shape[2]}] and k_pos [Lk={k.shape[2]}], got "
                          f"{tuple(q_pos.shape)} and {tuple(k_pos.shape)}")
     scheme = scheme if scheme is not None else posenc.NoPE()
+    q_pos, k_pos = q_pos.to(q.device), k_pos.to(q.device)
     groups = q.shape[1] // k.shape[1]
     kf = k.float().repeat_interleave(groups, dim=1)
     vf = v.float().repeat_interleave(groups, dim=1)
@@ -615,7 +616,7 @@ def attend_sharded(
     per = 2 if load_balance else 1  # contiguous chunks per rank
     c = L // (shards * per)
     out = q.new_zeros(q.shape[:3] + v.shape[3:], dtype=torch.float32)  # [B, H, L, Dv]
-    lse = torch.full(q.shape[:3], float("-inf"))
+    lse = torch.full(q.shape[:3], float("-inf"), device=q.device)
     computed = skipped = 0
     for r in range(shards):
         for qc in range(per):  # each query chunk of rank r
