@@ -274,17 +274,23 @@ def attend(
         q, k = scheme.rotate(q, k, q_pos, k_pos)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
     new_valid = _new_valid(key_valid, cache, B, Lq)  # [B, Lq] or None: the cache remembers it
     k, v, keys_pos, keys_doc, written, q_slot = _all_keys(
-        k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq, new_valid
+        k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq, new_valid,
+        defaulted=positions is None and k_pos is None and doc is None,
     )  # k, v [B, H_kv, Lk, Dh | Dv]; positions [Lk] or [B, Lk]; ids [B, Lk]; written slots [Lk]
     if window is not None and cache is not None and cache.evicted and not is_compiling():
         _warn_hidden(keys_pos, q_pos, window, sinks)
     if rolling:  # [B, S + W + Lq]: the written stored slots that are not padding, and the new keys
         key_valid = written
-    elif cache is not None and cache.valid is not None:  # padding shown earlier stays hidden
-        key_valid = cache.valid if key_valid is None else key_valid & cache.valid
-    elif written is not None:  # a static cache: only the written slots are keys
-        key_valid = written[None] if key_valid is None else key_valid & written
+    else:
+        if cache is not None and cache.valid is not None:  # padding shown earlier stays hidden
+            key_valid = cache.valid if key_valid is None else key_valid & cache.valid
+        if written is not None:  # a static cache: only the written slots are keys
+            key_valid = written[None] if key_valid is None else key_valid & written
     evicted = cache is not None and cache.evicted
+    if (Lq == 1 and attention_mask is None and doc is None and window is None and k_pos is None
+            and pair is None and not scores.rule_only and not scheme.has_bias
+            and backend != "flex"):  # a decode step without a bias: no [Lq, Lk] rule to build
+        return _attend_one_query(q, k, v, key_valid, backend, dropout_p, scores)
     if (key_valid is None and doc is None and window is None and k_pos is None and not evicted
             and pair is None and not scores.rule_only
             and not (positions is not None and scheme.has_bias)):
@@ -326,6 +332,20 @@ def _rolling_rule(
             "Lq columns describe the new keys)"
         )
     return cache.window, cache.sinks
+
+
+def _attend_one_query(
+    q: Tensor, k: Tensor, v: Tensor, key_valid: Tensor | None, backend: str, dropout_p: float,
+    scores: _Scores,
+) -> Tensor:
+    """A decode step of one query after every key, with no bias: causality and an eviction
+    change nothing, so the only rule is which keys are real (padding the cache remembers, a
+    static cache's written slots), ``[1 | B, Lk]``: no ``[B, 1, Lq, Lk]`` rule to build. The
+    query's own key is real (no mask was given), so no row is empty."""
+    mask = None if key_valid is None else key_valid[:, None, None, :]  # [1 | B, 1, 1, Lk]
+    if backend == "math":
+        return _math(q, k, v, None, mask, dropout_p, scores)
+    return _sdpa(q, k, v, mask, dropout_p, q.shape[1] != k.shape[1], scale=scores.scale)
 
 
 @dataclass(frozen=True)
@@ -591,12 +611,12 @@ def _new_valid(key_valid: Tensor | None, cache: KVCache | None, B: int, Lq: int)
 
 def _all_keys(
     k: Tensor, v: Tensor, k_pos: Tensor, doc: Tensor | None, cache: KVCache | None, Lq: int,
-    new_valid: Tensor | None = None,
+    new_valid: Tensor | None = None, defaulted: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None, Tensor | int]:
     """Every key the queries attend over, as a :class:`~posenc.cache.CacheView`'s fields: the
     cache's after adding the new keys, or the new keys alone."""
     if cache is not None:
-        return cache._update(k, v, k_pos, doc, new_valid)
+        return cache._update(k, v, k_pos, doc, new_valid, defaulted)
     return k, v, k_pos, doc, None, k.shape[-2] - Lq  # a plain tuple: cheaper than a CacheView
 
 

@@ -150,6 +150,13 @@ class KVCache:
         return True
 
     def _check_new(self, k: Tensor, v: Tensor) -> None:
+        ck, cv = self.k, self.v
+        if (ck is not None and cv is not None and isinstance(k, Tensor) and isinstance(v, Tensor)
+                and k.dim() == 4 and k.shape[:-2] == ck.shape[:-2] and k.shape[-1] == ck.shape[-1]
+                and v.shape[:-1] == k.shape[:-1] and v.shape[-1] == cv.shape[-1]
+                and k.dtype == ck.dtype and v.dtype == ck.dtype and k.device == ck.device
+                and v.device == ck.device):
+            return  # the quick test of a decode step: what the cache holds, so floating too
         for name, t in (("k", k), ("v", v)):
             check_tensor(name, t, floating=True)
             if t.dim() != 4:
@@ -202,14 +209,16 @@ class KVCache:
 
     def _update(
         self, k: Tensor, v: Tensor, positions: Tensor | None, document_ids: Tensor | None,
-        new_valid: Tensor | None = None,
+        new_valid: Tensor | None = None, defaulted: bool = False,
     ) -> CacheView:
         """``update`` with positions and document ids :func:`~posenc.attention.attend` has
         already checked (``k`` and ``v`` are checked against the cache here). ``new_valid``
         ``[B, L]`` bool: which new keys are real tokens (False = padding); the cache remembers
-        it, so a later call without a mask still hides the padding (:attr:`valid`)."""
+        it, so a later call without a mask still hides the padding (:attr:`valid`).
+        ``defaulted``: ``positions`` are :meth:`next_positions`' (each row's next ones)."""
         self._check_new(k, v)
         B, L = k.shape[0], k.shape[-2]
+        defaulted = (defaulted or positions is None) and self.next_start is not None
         if positions is None:
             positions = self.next_positions(L, k.device)
         elif positions.dim() > 1 and positions.shape[0] > 1 and self.rows_agree:
@@ -250,7 +259,11 @@ class KVCache:
             if document_ids is not None and self.document_ids is not None:
                 self.document_ids = torch.cat([self.document_ids, document_ids], dim=-1)
         self.seen += L
-        if L:
+        if L and defaulted and new_valid is None and self.next_start is not None:
+            # default positions start at each row's top (or row 0's, while the rows agree)
+            self.next_start = (torch.maximum(self.next_start, self.next_start[:1] + L)
+                               if self.rows_agree else self.next_start + L)
+        elif L:
             top = self._top(pos, new_valid)  # [B]
             self.next_start = top if self.next_start is None else torch.maximum(self.next_start, top)
         elif self.next_start is None:

@@ -358,3 +358,30 @@ def test_cache_remembers_padding(scheme_name, max_len):
         torch.testing.assert_close(out[row], alone[0, :, -steps:], atol=2e-6, rtol=2e-5)
     want = torch.tensor([[Lp - 4 + steps], [Lp - 2 + steps]])
     assert torch.equal(cache.next_positions(1, torch.device("cpu")).expand(2, 1), want)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+@pytest.mark.parametrize("max_len", [None, 16])
+@pytest.mark.parametrize("scheme_name", ["rope", "nope"])
+def test_decode_step_without_bias_equals_each_row_alone(scheme_name, max_len, backend):
+    """A one-token step of a scheme without a bias takes the short path (the padding the cache
+    remembers and a static cache's written slots as a ``[B, 1, 1, T]`` mask, no rule built): it
+    equals each prompt decoded alone, on sdpa and math, grouped-query heads included."""
+    torch.manual_seed(1)
+    Bp, Hq, Hkv, Lp, Dp, steps = 3, 4, 2, 6, 8, 4
+    scheme = posenc.schemes.RoPE(Dp) if scheme_name == "rope" else posenc.schemes.NoPE()
+    q = torch.randn(Bp, Hq, Lp + steps, Dp)
+    k, v = (torch.randn(Bp, Hkv, Lp + steps, Dp) for _ in range(2))
+    mask = torch.ones(Bp, Lp, dtype=torch.long)
+    mask[1, :2] = 0
+    mask[2, :5] = 0
+    cache = KVCache(max_len)
+    posenc.attend(q[:, :, :Lp], k[:, :, :Lp], v[:, :, :Lp], scheme, cache=cache,
+                  attention_mask=mask, positions=posenc.positions_from_mask(mask), backend=backend)
+    out = torch.cat([posenc.attend(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], scheme,
+                                   cache=cache, backend=backend)
+                     for t in range(Lp, Lp + steps)], dim=2)  # [B, H, steps, D]
+    for b, pads in enumerate([0, 2, 5]):
+        alone = posenc.attend(q[b:b + 1, :, pads:], k[b:b + 1, :, pads:], v[b:b + 1, :, pads:],
+                              scheme, backend=backend)
+        torch.testing.assert_close(out[b], alone[0, :, -steps:], atol=2e-6, rtol=2e-5)
