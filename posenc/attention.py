@@ -287,10 +287,11 @@ def attend(
         if written is not None:  # a static cache: only the written slots are keys
             key_valid = written[None] if key_valid is None else key_valid & written
     evicted = cache is not None and cache.evicted
-    if (Lq == 1 and attention_mask is None and doc is None and window is None and k_pos is None
-            and pair is None and not scores.rule_only and not scheme.has_bias
+    if (Lq == 1 and attention_mask is None and doc is None and (window is None or causal)
+            and k_pos is None and pair is None and not scores.rule_only and not scheme.has_bias
             and backend != "flex"):  # a decode step without a bias: no [Lq, Lk] rule to build
-        return _attend_one_query(q, k, v, key_valid, backend, dropout_p, scores)
+        return _attend_one_query(q, k, v, key_valid, backend, dropout_p, scores,
+                                 _near(q_pos, keys_pos, window, sinks))
     if (key_valid is None and doc is None and window is None and k_pos is None and not evicted
             and pair is None and not scores.rule_only
             and not (positions is not None and scheme.has_bias)):
@@ -334,14 +335,28 @@ def _rolling_rule(
     return cache.window, cache.sinks
 
 
+def _near(q_pos: Tensor, keys_pos: Tensor, window: int | None, sinks: int | None) -> Tensor | None:
+    """One query's sliding window (plus its sinks) over the keys' positions, ``[1 | B, Lk]``
+    bool (the rule of :class:`~posenc.masks.Visibility` for a causal query); None: no window."""
+    if window is None:
+        return None
+    near = keys_pos > q_pos[..., -1:] - window  # [Lk] or [B, Lk]; m >= 0: no int64 overflow
+    if sinks:
+        near = near | (keys_pos < sinks)  # the attention sinks
+    return near if near.dim() == 2 else near[None]  # [1 | B, Lk]
+
+
 def _attend_one_query(
     q: Tensor, k: Tensor, v: Tensor, key_valid: Tensor | None, backend: str, dropout_p: float,
-    scores: _Scores,
+    scores: _Scores, near: Tensor | None = None,
 ) -> Tensor:
     """A decode step of one query after every key, with no bias: causality and an eviction
-    change nothing, so the only rule is which keys are real (padding the cache remembers, a
-    static cache's written slots), ``[1 | B, Lk]``: no ``[B, 1, Lq, Lk]`` rule to build. The
-    query's own key is real (no mask was given), so no row is empty."""
+    change nothing, so the rule is which keys are real (padding the cache remembers, a static
+    cache's written slots) and, with a window, ``near`` (both ``[1 | B, Lk]``): no
+    ``[B, 1, Lq, Lk]`` rule to build. The query's own key is real (no mask was given) and
+    near, so no row is empty."""
+    if near is not None:
+        key_valid = near if key_valid is None else key_valid & near  # [1 | B, Lk]
     mask = None if key_valid is None else key_valid[:, None, None, :]  # [1 | B, 1, 1, Lk]
     if backend == "math":
         return _math(q, k, v, None, mask, dropout_p, scores)

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_int, check_rows, check_tensor, is_compiling
-from .rolling_cache import check_rolling, write_slots, written
+from .rolling_cache import check_rolling, flush, rolling_update, written
 
 
 class CacheView(NamedTuple):
@@ -330,38 +330,18 @@ class KVCache:
     def _update_rolling(
         self, k: Tensor, v: Tensor, pos: Tensor, new_valid: Tensor | None
     ) -> CacheView:
-        """Return ``cat(stored slots, new keys)`` for the queries, then write the new keys into
-        their sink, window or trash slots (:func:`~posenc.rolling_cache.write_slots`)."""
-        assert self.max_len is not None and self.sinks is not None and self.window is not None
-        B, H, L, D = k.shape
-        N = self.max_len
-        if self.k is None:  # N slots and the trash slot
-            self.k = k.new_zeros(B, H, N + 1, D)  # [B, H_kv, N + 1, D_h]
-            self.v = v.new_zeros(B, H, N + 1, v.shape[-1])  # [B, H_kv, N + 1, D_v]
-            self.positions = torch.zeros(B, N + 1, dtype=torch.long, device=k.device)  # [B, N + 1]
-            self.filled = torch.zeros((), dtype=torch.long, device=k.device)
-            self.next_start = torch.zeros(B, dtype=torch.long, device=k.device)  # [B]
-            self.valid = torch.ones(B, N + 1, dtype=torch.bool, device=k.device)  # [B, N + 1]
-        assert (self.v is not None and self.positions is not None and self.filled is not None
-                and self.valid is not None and self.next_start is not None)
-        real = new_valid if new_valid is not None else torch.ones(
-            B, L, dtype=torch.bool, device=k.device)  # [B, L]
-        held = written(self.filled, N)[None] & self.valid[:, :N]  # [B, N]
-        view = CacheView(
-            torch.cat([self.k[:, :, :N], k], dim=-2),  # [B, H_kv, N + L, D_h]
-            torch.cat([self.v[:, :, :N], v], dim=-2),  # [B, H_kv, N + L, D_v]
-            torch.cat([self.positions[:, :N], pos], dim=-1),  # [B, N + L]
-            None, torch.cat([held, real], dim=-1), N,  # valid [B, N + L]: written, not padding
-        )
-        slots = write_slots(self.filled, L, self.sinks, self.window)  # [L]
-        self.k.index_copy_(2, slots, k)
-        self.v.index_copy_(2, slots, v)
-        self.positions.index_copy_(1, slots, pos)
-        self.valid.index_copy_(1, slots, real)
-        self.filled.add_(L)
-        if L:
+        """The keys the queries attend over, then the new keys written in place
+        (:func:`~posenc.rolling_cache.rolling_update`)."""
+        keys, values, positions, valid, q_slot = rolling_update(self, k, v, pos, new_valid)
+        assert self.next_start is not None
+        if k.shape[-2]:
             self.next_start.copy_(torch.maximum(self.next_start, self._top(pos, new_valid)))
-        return view
+        return CacheView(keys, values, positions, None, valid, q_slot)
+
+    def _flush(self) -> None:
+        """A rolling cache: put its latest key in its own slot (see ``posenc.rolling_cache``)."""
+        if self.rolling and self.k is not None:
+            flush(self)
 
     def evict(self, keep: Tensor) -> None:
         """Keep only the cached slots ``keep`` (a 1-D index or bool tensor over the ``T`` slots),
@@ -424,8 +404,8 @@ class KVCache:
             self.filled.zero_()
             if self.next_start is not None:
                 self.next_start.zero_()
-            if self.valid is not None:
-                self.valid.fill_(True)
+            if self.valid is not None:  # a rolling cache's valid also says "written"
+                self.valid.fill_(not self.rolling)
             return
         self.k = self.v = self.positions = self.document_ids = self.valid = None
         self.filled = self.next_start = None

@@ -67,6 +67,7 @@ class Pair:
         """Each row's (real) kept positions, sorted: the rolling cache's, checked equal to the
         reference's."""
         roll, ref = self.roll, self.ref
+        roll._flush()  # the latest key into its own slot (idempotent; the next update does it)
         assert roll.positions is not None and roll.valid is not None and ref.positions is not None
         slots = roll._written()
         assert slots is not None
@@ -113,7 +114,7 @@ def test_rolling_equals_growing_cache_with_streaming_eviction(name, pads, backen
     torch.manual_seed(0)
     pair = Pair(SCHEMES[name](), sinks=2, window=4, backend=backend)
     run(pair, [3, 6], pads, decode=12)
-    assert pair.roll.k is not None and pair.roll.k.shape == (B, H, 2 + 4 + 1, D)  # + trash slot
+    assert pair.roll.k is not None and pair.roll.k.shape == (B, H, 2 + 4 + 1, D)  # + scratch slot
     rows = pair.held_positions()
     last = 9 + 12 - 1
     assert rows[0] == [0, 1, last - 3, last - 2, last - 1, last]
@@ -236,3 +237,20 @@ def test_static_overflow_points_to_the_rolling_cache():
     attend(x, x, x, cache=cache)
     with pytest.raises(ValueError, match=r"KVCache\(max_len=S \+ W, sinks=S, window=W\)"):
         attend(x, x, x, cache=cache)
+
+
+@pytest.mark.parametrize("backend", ("sdpa", "math"))
+@pytest.mark.parametrize("name", sorted(SCHEMES))
+def test_decode_steps_equal_one_full_pass(name, backend):
+    """Token by token through a rolling cache equals one pass over the whole sequence under
+    ``window=W, sinks=S`` (no cache: the rule built in full), an independent reference for the
+    short path a one-token step takes."""
+    torch.manual_seed(2)
+    scheme, L = SCHEMES[name](), 15
+    q, k, v = (torch.randn(2, H, L, D) for _ in range(3))
+    cache = KVCache(max_len=2 + 4, sinks=2, window=4)
+    steps = [attend(q[:, :, :3], k[:, :, :3], v[:, :, :3], scheme, cache=cache, backend=backend)]
+    steps += [attend(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], scheme, cache=cache,
+                     backend=backend) for t in range(3, L)]
+    full = attend(q, k, v, scheme, window=4, sinks=2, backend=backend)
+    close(torch.cat(steps, dim=2), full)
