@@ -254,3 +254,39 @@ def test_decode_steps_equal_one_full_pass(name, backend):
                      backend=backend) for t in range(3, L)]
     full = attend(q, k, v, scheme, window=4, sinks=2, backend=backend)
     close(torch.cat(steps, dim=2), full)
+
+
+ROLL_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("update"), st.integers(1, 5)),
+        st.tuples(st.just("select"), st.lists(st.integers(0, 2), min_size=1, max_size=3)),
+        st.tuples(st.just("reset"), st.just(0)),
+    ),
+    min_size=1, max_size=8,
+)
+
+
+@settings(max_examples=15, deadline=None)
+@given(ops=ROLL_OPS, sinks=st.integers(0, 2), window=st.integers(1, 4),
+       name=st.sampled_from(sorted(SCHEMES)), seed=st.integers(0, 2**16))
+def test_property_rolling_lifecycle(ops, sinks, window, name, seed):
+    """Random updates (one token or a chunk), ``select`` (keep, reorder, drop rows) and
+    ``reset`` on a rolling cache and on the reference: every update's output and the kept
+    positions agree."""
+    gen = torch.Generator().manual_seed(seed)
+    pair, b = Pair(SCHEMES[name](), sinks, window), B
+    for op, arg in ops:
+        if op == "update":
+            q, k, v = (torch.randn(b, H, arg, D, generator=gen) for _ in range(3))
+            close(*pair.step(q, k, v))
+            pair.held_positions()
+        elif op == "select" and len(pair.ref):
+            rows = [r % b for r in arg]
+            pair.roll.select(rows)
+            pair.ref.select(rows)
+            b = len(rows)
+        elif op == "reset":
+            pair.roll.reset()
+            pair.ref, b = KVCache(), B
+    q, k, v = (torch.randn(b, H, 1, D, generator=gen) for _ in range(3))
+    close(*pair.step(q, k, v))
