@@ -206,6 +206,10 @@ def attend(
 
     - ``sinks=S`` with ``window=W``: the window plus the first ``S`` positions (StreamingLLM's
       attention sinks; Xiao et al., 2024), in prefill and training as in decoding.
+    - a rolling ``cache=KVCache(max_len=S + W, sinks=S, window=W)`` keeps only the first ``S``
+      keys and the last ``W`` and imposes that rule (``window`` and ``sinks`` may be left out
+      or must equal the cache's); its ``attention_mask`` is ``[B, T]`` with ``T >= Lq``, whose
+      last ``Lq`` columns describe the new keys (the cache remembers earlier padding).
     - ``attention_mask`` may also be a boolean ``[B, Lq, Lk]`` or ``[B, 1, Lq, Lk]``
       who-sees-whom matrix over the same keys as the 2-D mask (True = may see, transformers'
       4-D convention): a speculative-decoding tree, a prefix-LM (with ``causal=False``). It is
@@ -230,8 +234,9 @@ def attend(
             is not ``H``; a mask or position of the wrong shape or value (a mask shorter than the
             cached plus new keys); ``document_ids`` whose document comes back after another
             (in the call, or after the cached tokens); an unknown ``backend``; ``window`` not
-            in ``[1, 2**63 - 1]``. Every argument is checked before the ``cache`` is written:
-            a refused call leaves the cache as it was.
+            in ``[1, 2**63 - 1]``; with a rolling cache, ``window`` or ``sinks`` other than the
+            cache's, ``document_ids`` or a who-sees-whom mask. Every argument is checked
+            before the ``cache`` is written: a refused call leaves the cache as it was.
     """
     if cu_seqlens is not None or max_seqlen is not None:
         return _varlen(q, k, v, scheme, cu_seqlens, max_seqlen, causal, window, scale, backend,

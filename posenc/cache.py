@@ -198,7 +198,10 @@ class KVCache:
         or ``[B, L]`` (default: after the tokens seen) with their ``document_ids [L]`` or
         ``[B, L]``; return everything
         cached. ``positions`` are checked as :func:`~posenc.attention.attend` checks them
-        (integers in ``[0, 2**31)``), ``document_ids`` are integer labels."""
+        (integers in ``[0, 2**31)``), ``document_ids`` are integer labels. A rolling cache
+        returns its ``S + W`` stored slots followed by the new keys (the keys the new queries
+        attend over, before they overwrite any), with ``valid [B, S + W + L]``, and takes no
+        ``document_ids``."""
         check_tensor("k", k, floating=True, min_dim=1)
         B, L = k.shape[0], k.shape[-2] if k.dim() > 1 else 0
         if positions is not None:
