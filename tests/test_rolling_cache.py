@@ -290,3 +290,11 @@ def test_property_rolling_lifecycle(ops, sinks, window, name, seed):
             pair.ref, b = KVCache(), B
     q, k, v = (torch.randn(b, H, 1, D, generator=gen) for _ in range(3))
     close(*pair.step(q, k, v))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_flex_backend():
+    """On ``flex`` (a ``BlockMask`` and ALiBi's ``score_mod``) the rolling cache gives the
+    growing cache's outputs under streaming eviction too."""
+    pair = Pair(SCHEMES["alibi"](), sinks=2, window=4, backend="flex")
+    run(pair, [4], [0, 0, 0], decode=6)
