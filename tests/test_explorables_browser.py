@@ -218,7 +218,8 @@ EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = 
 def _notebooks() -> list[Path]:
     return sorted(p for p in [*ROOT.glob("book/*.ipynb"), *ROOT.glob("book/zh/*.ipynb")]
                   if any(call in p.read_text(encoding="utf-8")
-                         for call in ("explore.explorable(", "explore.heatmap(")))
+                         for call in ("explore.explorable(", "explore.heatmap(",
+                                      "explore.speculative_tree(")))
 
 
 def _page(notebook: Path) -> Path:

@@ -34,6 +34,17 @@ from .long_context import (
     yarn_betas,
 )
 from .model import ModelConfig, TransformerLM
+from .serving import (
+    PagedKVCache,
+    attend_sharded,
+    kvcache_step_reference,
+    merge_partials,
+    paged_attend,
+    partial_attention,
+    rebase_cache,
+    shift_rotated_keys,
+    tree_positions_and_mask,
+)
 from .train import TrainedModel, build_model, train_model
 
 __all__ = [
@@ -42,22 +53,31 @@ __all__ = [
     "Extrapolation",
     "FineTuneConfig",
     "ModelConfig",
+    "PagedKVCache",
     "TrainConfig",
     "TrainedModel",
     "TransformerLM",
+    "attend_sharded",
     "build_model",
     "cache_dir",
     "evaluate",
     "fine_tune",
     "fine_tune_many",
+    "kvcache_step_reference",
     "load_corpus",
     "make_passkey",
+    "merge_partials",
+    "paged_attend",
+    "partial_attention",
     "passkey_grid",
     "plot",
+    "rebase_cache",
     "rope_scaling_config",
     "run_extrapolation",
     "set_cache_dir",
+    "shift_rotated_keys",
     "train_model",
+    "tree_positions_and_mask",
     "with_rope_scaling",
     "yarn_betas",
 ]
