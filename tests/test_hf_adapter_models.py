@@ -217,3 +217,23 @@ def test_compile_after_another_shape():
         got = torch.compile(second, backend=CompileCounter(), fullgraph=True)(
             input_ids=ids, attention_mask=mask, use_cache=False).logits
     torch.testing.assert_close(got, logits(second, ids, attention_mask=mask, use_cache=False), **TOL)
+
+
+def test_a_mask_with_holes_under_a_window_warns():
+    """A 0 between real tokens: posenc's window counts positions, transformers' indices (the
+    practitioner's review measured 0.19 apart): a warning says so; no holes, no warning."""
+    import warnings
+
+    ref, ours = _models("mistral")
+    ids, mask = left_padded()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # left padding alone: not a hole
+        logits(ours, ids, attention_mask=mask)
+    holed = mask.clone()
+    row = int(holed.sum(-1).argmax())
+    holed[row, -3] = 0  # a hole inside the longest row
+    with pytest.warns(UserWarning, match="zeros between real tokens and the layer has sliding_window=4"):
+        got = logits(ours, ids, attention_mask=holed)
+    want = logits(ref, ids, attention_mask=holed)
+    # what the warning is about: the real tokens after the hole differ from transformers'
+    assert (got[row, -2:] - want[row, -2:]).abs().max() > 1e-3

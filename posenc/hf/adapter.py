@@ -25,7 +25,8 @@ What the attention sees, and where it comes from:
   cache is passed, e.g. ``use_cache=True``, the default);
 * **visibility**: causal, the layer's ``sliding_window``, the padding mask, the documents:
   :func:`~posenc.attention.attend`'s rule (a window counts positions: query ``m`` sees keys
-  ``n`` with ``m - W < n <= m``, as transformers counts indices);
+  ``n`` with ``m - W < n <= m``, as transformers counts indices; a 2-D mask with zeros
+  between real tokens makes the two counts differ, and a warning says so);
 * **the model's own settings**, from the attention module's call: ``scaling``, Gemma 2's
   ``softcap``, gpt-oss's learned sinks (``s_aux``), grouped-query heads, dropout.
 
@@ -38,6 +39,7 @@ every step.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -507,6 +509,8 @@ def attention_forward(
             rows.restart or (opts.scheme is None and (rows.contiguous or sliding_window is None))):
         return _attend_packed(query, key, value, opts, rows, causal, sliding_window, scaling,
                               float(dropout)), None
+    if sliding_window is not None and rows.key_valid is not None and not is_compiling():
+        _warn_on_holes(rows.key_valid, sliding_window)
     extra: dict[str, Any] = {}
     if scaling is not None:
         extra["scale"] = float(scaling)
@@ -520,6 +524,21 @@ def attention_forward(
         causal=causal, backend=opts.backend, dropout_p=float(dropout), **extra,
     )  # [B, H, Lq, Dv]
     return out.transpose(1, 2).contiguous(), None
+
+
+def _warn_on_holes(key_valid: Tensor, window: int) -> None:
+    """A 2-D mask with zeros between real tokens: the window counts positions (the real tokens
+    before each one), transformers' own attention counts indices; say so rather than differ."""
+    left = key_valid.long().cummax(-1).values.bool()  # [B, Lk]: a real key at or before
+    right = key_valid.flip(-1).long().cummax(-1).values.flip(-1).bool()  # ... at or after
+    if bool((left & right & ~key_valid).any()):
+        warnings.warn(
+            f"attention_mask has zeros between real tokens and the layer has sliding_window="
+            f"{window}: posenc's window counts positions (the real tokens before each one), "
+            "transformers' own attention counts indices, so the two differ on such rows; "
+            "remove the holes (pack the row) to get transformers' answer",
+            stacklevel=2,
+        )
 
 
 def _attend_packed(
