@@ -166,10 +166,12 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     ``"rope"`` ``interleaved`` (the layout, default from the config).
 
     The scheme (a module: ``model.posenc_scheme``) moves with ``model.to(...)`` and is in its
-    ``state_dict``; a model loaded with ``from_pretrained`` needs ``use`` again. Positions,
-    documents and visibility follow the rules of :mod:`posenc.hf.adapter`; transformers keeps
-    the cache. Switching the model's attention away (``set_attn_implementation("sdpa")``) after
-    a swap raises at the next forward rather than run without positions.
+    ``state_dict``; a model loaded with ``from_pretrained`` needs ``use`` again (the T5 bias
+    ``use`` builds starts fresh: load the saved ``posenc_scheme`` weights after it with
+    ``strict=False``). Positions, documents and visibility follow the rules of
+    :mod:`posenc.hf.adapter`; transformers keeps the cache. Switching the model's attention
+    away (``set_attn_implementation("sdpa")``) after a swap raises at the next forward rather
+    than run without positions.
 
     Raises:
         TypeError: ``model`` is not a transformers model; ``scheme`` is not a name, ``None`` or

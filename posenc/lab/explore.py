@@ -806,7 +806,7 @@ def speculative_tree(
                  zrange=(0, max(top, 1.0)), xticktext=ticks, yticktext=ticks, height=height)
     for i, z in enumerate(drawn):  # the figure holds these numbers (blank: None)
         (shown,) = frame_data(ex, i, key="z")
-        got = torch.tensor([[float("-inf") if v is None else v for v in row] for row in shown],
+        got = torch.tensor([[float("-inf") if v is None else v for v in row] for row in shown],  # type: ignore[attr-defined]
                            dtype=torch.float64)
         if not torch.equal(got, z):
             raise RuntimeError(f"{name}: step {i} draws other numbers than attend computed")
