@@ -450,3 +450,17 @@ def test_a_cache_that_hides_keys_is_refused():
     cache.layers = [Forgetful() for _ in range(2)]
     with pytest.raises(ValueError, match="cannot tell the keys' positions"):
         ours(torch.tensor([[5, 6, 7]]), cache=cache)
+
+
+def test_a_rope_instance_in_the_other_layout_warns():
+    """RoPE(head_dim) defaults to interleaved pairs, Llama's weights to half-split ones: the
+    probe measured 6e-3 off, silently; now a warning names the layout, and the right one is quiet."""
+    import warnings
+
+    model = _llama()
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    with pytest.warns(UserWarning, match=r"rotates interleaved pairs, but this model.s own RoPE"):
+        posenc.hf.use(model, posenc.RoPE(head_dim))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        posenc.hf.use(model, posenc.RoPE(head_dim, interleaved=False))

@@ -326,6 +326,20 @@ def _check_instance(scheme: PositionScheme, config: Any) -> None:
             f"scheme 'rope' rotates head_dim={dim}, but the model's heads have head_dim="
             f"{head_dim}; build it with RoPE({head_dim}, ...) (or scheme='rope' to read the config)"
         )
+    layout = getattr(rotary, "interleaved", None)
+    if isinstance(layout, bool):
+        try:
+            want = rotary_kwargs_from_hf_config(config)["interleaved"]
+        except (TypeError, ValueError, KeyError):  # a config without RoPE settings
+            return
+        if layout != want:
+            warnings.warn(
+                f"scheme 'rope' rotates {'interleaved' if layout else 'half-split'} pairs, but "
+                f"this model's own RoPE rotates {'interleaved' if want else 'half-split'} ones "
+                f"(its q/k weights expect that layout): pass RoPE(..., interleaved={want}) or "
+                "scheme='rope' to read the config",
+                stacklevel=3,
+            )
 
 
 def _named_scheme(
