@@ -50,7 +50,8 @@ class KVCache:
     tokens at the first update and written in place (for ``torch.compile``); more than ``N``
     tokens is an error. ``max_len=S + W, sinks=S, window=W``: a rolling static cache that keeps
     the first ``S`` keys and the last ``W`` (StreamingLLM; Xiao et al., 2024), writes around in
-    place and imposes ``window=W, sinks=S`` on attention (see ``posenc.rolling_cache``).
+    place and imposes ``window=W, sinks=S`` on attention (see ``posenc.rolling_cache``). Its
+    sinks are the first ``S`` slots: a left-padded row keeps pads there (a warning says so).
     One cache per layer (:class:`LayerCaches` holds one per layer of a
     model); :class:`~posenc.attention.MultiHeadAttention` refuses a cache another layer wrote.
     """

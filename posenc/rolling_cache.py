@@ -23,12 +23,13 @@ graph for any number of steps), and the outputs equal a growing
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from ._checks import check_int
+from ._checks import check_int, is_compiling
 
 if TYPE_CHECKING:
     from .cache import KVCache
@@ -122,6 +123,17 @@ def rolling_update(
     assert cache.max_len is not None and cache.sinks is not None and cache.window is not None
     B, H, L, D = k.shape
     N = cache.max_len
+    S = cache.sinks
+    if cache.k is None and new_valid is not None and S > 0 and not is_compiling():
+        padded = ~new_valid[:, :S].all(-1)  # [B]: a pad among the first S slots
+        if bool(padded.any()):
+            warnings.warn(
+                f"rows {padded.nonzero().flatten().tolist()} start with padding: a rolling "
+                f"KVCache keeps the first sinks={S} slots, so those rows keep pads, not their "
+                "first real tokens, as sinks (StreamingLLM's layout per slot); pad on the right "
+                "or prefill such rows without padding to keep their real first tokens",
+                stacklevel=4,
+            )
     if cache.k is None:  # N slots and the scratch slot
         cache.k = k.new_zeros(B, H, N + 1, D)  # [B, H_kv, N + 1, D_h]
         cache.v = v.new_zeros(B, H, N + 1, v.shape[-1])  # [B, H_kv, N + 1, D_v]

@@ -298,3 +298,21 @@ def test_flex_backend():
     growing cache's outputs under streaming eviction too."""
     pair = Pair(SCHEMES["alibi"](), sinks=2, window=4, backend="flex")
     run(pair, [4], [0, 0, 0], decode=6)
+
+
+def test_padding_in_the_sink_slots_warns():
+    """Left padding puts pads in a rolling cache's sink slots (the wrong-call probe measured the
+    padded row 1.08 away from attend(window=, sinks=) by positions, silently): a warning names
+    the rows; a cache whose first slots are real tokens stays quiet."""
+    import warnings
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 5, 8, generator=g) for _ in range(3))
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[1, :2] = 0
+    with pytest.warns(UserWarning, match=r"rows \[1\] start with padding: a rolling KVCache"):
+        posenc.attend(q, k, v, cache=posenc.KVCache(max_len=6, sinks=2, window=4), attention_mask=mask)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        posenc.attend(q, k, v, cache=posenc.KVCache(max_len=6, sinks=2, window=4),
+                      attention_mask=torch.ones(2, 5, dtype=torch.long))
