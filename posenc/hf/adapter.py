@@ -316,30 +316,27 @@ def _check_instance(scheme: PositionScheme, config: Any) -> None:
             f"num_attention_heads={heads}; build it with num_heads={heads}"
         )
     rotary = getattr(scheme, "rotary", None)
-    head_dim = getattr(config, "head_dim", None)
-    if not isinstance(head_dim, int) and isinstance(heads, int):
-        hidden = getattr(config, "hidden_size", None)
-        head_dim = hidden // heads if isinstance(hidden, int) else None
-    dim = getattr(rotary, "head_dim", None)
-    if isinstance(dim, int) and isinstance(head_dim, int) and dim != head_dim:
+    if rotary is None:
+        return
+    try:  # the config's own RoPE: its head_dim and pair layout
+        want = rotary_kwargs_from_hf_config(config)
+    except (TypeError, ValueError, KeyError):  # a config without RoPE settings
+        return
+    if rotary.head_dim != want["head_dim"]:
         raise ValueError(
-            f"scheme 'rope' rotates head_dim={dim}, but the model's heads have head_dim="
-            f"{head_dim}; build it with RoPE({head_dim}, ...) (or scheme='rope' to read the config)"
+            f"scheme 'rope' rotates head_dim={rotary.head_dim}, but the model's heads have "
+            f"head_dim={want['head_dim']}; build it with RoPE({want['head_dim']}, ...) (or "
+            "scheme='rope' to read the config)"
         )
-    layout = getattr(rotary, "interleaved", None)
-    if isinstance(layout, bool):
-        try:
-            want = rotary_kwargs_from_hf_config(config)["interleaved"]
-        except (TypeError, ValueError, KeyError):  # a config without RoPE settings
-            return
-        if layout != want:
-            warnings.warn(
-                f"scheme 'rope' rotates {'interleaved' if layout else 'half-split'} pairs, but "
-                f"this model's own RoPE rotates {'interleaved' if want else 'half-split'} ones "
-                f"(its q/k weights expect that layout): pass RoPE(..., interleaved={want}) or "
-                "scheme='rope' to read the config",
-                stacklevel=3,
-            )
+    layout, wanted = rotary.interleaved, want["interleaved"]
+    if layout != wanted:
+        warnings.warn(
+            f"scheme 'rope' rotates {'interleaved' if layout else 'half-split'} pairs, but "
+            f"this model's own RoPE rotates {'interleaved' if wanted else 'half-split'} ones "
+            f"(its q/k weights expect that layout): pass RoPE(..., interleaved={wanted}) or "
+            "scheme='rope' to read the config",
+            stacklevel=3,
+        )
 
 
 def _named_scheme(
