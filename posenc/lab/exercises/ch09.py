@@ -156,12 +156,12 @@ _XPOS_SLIPS: list[tuple[str, str, dict[str, Any]]] = [
      "zeta_i^((m - n)/scale_base) is left in the score",
      "键也乘上了缩放；xPos 要把键除以它，分数里才只剩 zeta_i^((m - n)/scale_base)",
      {"key_power": 1.0}),
-    ("the exponent has the wrong sign: the query gets zeta_i^(+(m - c)/scale_base), the key "
-     "zeta_i^(-(n - c)/scale_base)",
-     "指数的符号反了：查询乘 zeta_i^(+(m - c)/scale_base)，键乘 zeta_i^(-(n - c)/scale_base)",
+    ("the exponent has the wrong sign: the query gets zeta_i^(+(m - m0)/scale_base), the key "
+     "zeta_i^(-(n - m0)/scale_base)",
+     "指数的符号反了：查询乘 zeta_i^(+(m - m0)/scale_base)，键乘 zeta_i^(-(n - m0)/scale_base)",
      {"sign": -1.0}),
-    ("the centre: c = L // 2 of the sequence, not 0 (it cancels in the scores, not in q and k)",
-     "中心取错了：c = L // 2（序列的中点），不是 0（它在分数里抵消，在 q 和 k 里不抵消）",
+    ("the centre: m0 = L // 2 of the sequence, not 0 (it cancels in the scores, not in q and k)",
+     "中心取错了：m0 = L // 2（序列的中点），不是 0（它在分数里抵消，在 q 和 k 里不抵消）",
      {"centre": 0}),
     ("zeta_i = (2i + 0.4 d)/(1.4 d) with i the pair index; you used i instead of 2i",
      "zeta_i = (2i + 0.4 d)/(1.4 d)，i 是维度对的序号；你用的是 i 而不是 2i", {"step": 1.0}),
