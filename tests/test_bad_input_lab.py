@@ -54,6 +54,14 @@ FLASH = torch.randn(1, 1, 2, 8)  # flash-attn's [B, L, H, D]
 FT = {"task": "lm", "length": 32, "steps": 2, "batch_size": 2, "lr": 1e-3, "warmup": 0,
       "min_lr_ratio": 0.1, "weight_decay": 0.1, "grad_clip": 1.0, "seed": 0}
 
+
+def _cache_at(start: int, *, dim: int) -> posenc.KVCache:
+    """A KVCache holding 4 keys of head_dim ``dim`` at positions ``start ..``."""
+    cache, x = posenc.KVCache(), torch.randn(1, 2, 4, dim)
+    posenc.attend(x, x, x, cache=cache, positions=torch.arange(start, start + 4))
+    return cache
+
+
 CASES = [
     ("TransformerLM", lambda: NET(TOK.float()), TypeError, "tokens"),
     ("TransformerLM", lambda: NET(torch.full((1, 4), 300)), ValueError, "tokens"),
@@ -169,6 +177,10 @@ CASES = [
     ("tree_positions_and_mask", lambda: tree_positions_and_mask([-2]), ValueError, "parents[0] must be an int >= -1"),
     ("tree_positions_and_mask", lambda: tree_positions_and_mask("01"), TypeError, "parents must be a list of ints"),
     ("tree_positions_and_mask", lambda: tree_positions_and_mask([-1], prefix=-1), ValueError, "prefix must be an int >= 0"),
+    # the wrong-call probe's findings (a silent answer, a leaked RuntimeError, an unclear message)
+    ("shift_rotated_keys", lambda: shift_rotated_keys(torch.randn(1, 2, 4, 16), 3, ROPE), ValueError, "k must end in rope's head_dim=8"),
+    ("shift_rotated_keys", lambda: shift_rotated_keys(torch.randn(1, 2, 4, 7), 3, ROPE), ValueError, "k must end in rope's head_dim=8"),
+    ("rebase_cache", lambda: rebase_cache(_cache_at(100, dim=16), ROPE, keep=1), ValueError, "the cached keys must end in rope's head_dim=8"),
 ]
 
 

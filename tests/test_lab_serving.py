@@ -335,3 +335,50 @@ def test_rebased_stream_stays_small_and_equals_original_positions(sinks):
             serving.rebase_cache(rebased, scheme, keep=sinks)
     assert highest < sinks + W + R
     assert int(original.positions.max()) == steps - 1
+
+
+# ------------------------------------------------------------------ wrong calls (the probe's)
+
+
+def test_shift_and_rebase_refuse_keys_of_another_head_dim():
+    """A RoPE built for head_dim 8 turns only 8 of 16 channels, by 8-dim frequencies: refused,
+    naming the argument, before the cache moves (so are odd head_dims and a RoPE class)."""
+    rope = posenc.RotaryEmbedding(8)
+    for k in (_randn(1, 2, 4, 16, seed=0), _randn(1, 2, 4, 7, seed=0)):
+        with pytest.raises(ValueError, match=r"k must end in rope's head_dim=8.*got shape"):
+            serving.shift_rotated_keys(k, 3, rope)
+    with pytest.raises(TypeError, match="rope must be .* got the class RotaryEmbedding"):
+        serving.shift_rotated_keys(_randn(1, 2, 4, 8, seed=0), 3, posenc.RotaryEmbedding)
+    cache = posenc.KVCache()
+    x = _randn(1, 2, 4, 16, seed=1)
+    posenc.attend(x, x, x, cache=cache, positions=torch.arange(100, 104))
+    with pytest.raises(ValueError, match="cached keys must end in rope's head_dim=8"):
+        serving.rebase_cache(cache, rope, keep=1)
+    assert cache.positions[0].tolist() == [100, 101, 102, 103]  # untouched
+    assert serving.rebase_cache(cache, RoPE(16), keep=1) == 100  # the right head_dim
+
+
+def test_rebase_with_keep_past_the_cache_length():
+    """keep >= len(cache): every key is a sink, at 0 .. T - 1, and the next query follows
+    them (a fresh stream: nothing moves, 0; keys far away: they move, scores kept)."""
+    scheme, q = RoPE(D), _randn(1, H, 1, D, seed=3)
+    fresh = posenc.KVCache()
+    x = _randn(1, H_KV, 4, D, seed=1)
+    posenc.attend(_randn(1, H, 4, D, seed=2), x, x, scheme, cache=fresh)
+    k_before = fresh.k.clone()
+    assert serving.rebase_cache(fresh, scheme, keep=10) == 0
+    assert fresh.positions[0].tolist() == [0, 1, 2, 3] and torch.equal(fresh.k, k_before)
+    for keep in (4, 10):  # == and > the length alike
+        far = posenc.KVCache()
+        posenc.attend(_randn(1, H, 4, D, seed=2), x, x, scheme, cache=far,
+                      positions=torch.arange(100, 104))
+        want = posenc.attend(q, q[:, :H_KV], q[:, :H_KV], scheme, cache=far)  # at 104
+        far.crop(-1)
+        assert serving.rebase_cache(far, scheme, keep=keep) == 100
+        assert far.positions[0].tolist() == [0, 1, 2, 3]
+        assert far.next_positions(1, torch.device("cpu")).tolist() == [4]
+        got = posenc.attend(q, q[:, :H_KV], q[:, :H_KV], scheme, cache=far)  # at 4
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    assert serving.rebase_cache(posenc.KVCache(), scheme, keep=3) == 0  # empty
+
+

@@ -36,7 +36,8 @@ import posenc
 from posenc._checks import check_bool, check_int, check_positions, check_tensor
 from posenc.cache import KVCache
 from posenc.rope import RotaryEmbedding
-from posenc.schemes import PositionScheme, RoPE
+from posenc.rope_layout import LAYOUTS
+from posenc.schemes import PositionScheme, RoPE, _a_class
 
 __all__ = [
     "PagedKVCache", "paged_attend", "shift_rotated_keys", "kvcache_step_reference",
@@ -48,22 +49,60 @@ __all__ = [
 # ------------------------------------------------------------------ helpers
 
 
+LAYOUT = (f"posenc's layout is {LAYOUTS[-2]}; flash-attn's {LAYOUTS[-3]} converts with "
+          ".transpose(1, 2)")
+"""The end of a shape error where ``[B, H, L, Dh]`` is expected (a ``[B, L, H, Dh]`` tensor
+usually fails on a length or head count)."""
+
+
 def _rotary(rope: object, argument: str = "rope") -> RotaryEmbedding:
     """The :class:`~posenc.rope.RotaryEmbedding` of ``rope`` (the module, or a ``RoPE``
     scheme), refusing what a further rotation cannot move (xPos's per-position scale)."""
     if isinstance(rope, RoPE):
         rope = rope.rotary
     if not isinstance(rope, RotaryEmbedding):
+        what = (f"got the class {rope.__name__}; pass an instance, e.g. "
+                f"{rope.__name__}(head_dim)" if isinstance(rope, type)
+                else f"got {type(rope).__name__}")
         raise TypeError(
-            f"{argument} must be a posenc.RotaryEmbedding or a posenc.RoPE scheme, got "
-            f"{type(rope).__name__}"
-        )
+            f"{argument} must be a posenc.RotaryEmbedding or a posenc.RoPE scheme, {what}")
     if rope.xpos_scale_base is not None:
         raise ValueError(
             f"{argument}: xPos scales keys by their position, which a rotation cannot move; "
             "shift keys of a plain (or scaled) RoPE"
         )
     return rope
+
+
+def _check_head_dim(name: str, x: Tensor, rotary: RotaryEmbedding, argument: str) -> None:
+    """``x [..., head_dim]`` must end in the head_dim ``rotary`` was built for: its
+    frequencies (``inv_freq``) are those of that head_dim, and would turn other channels."""
+    if x.shape[-1] != rotary.head_dim:
+        raise ValueError(
+            f"{name} must end in {argument}'s head_dim={rotary.head_dim} (rotary_dim="
+            f"{rotary.rotary_dim}), got shape {tuple(x.shape)}: build the RoPE with the keys' "
+            "head_dim"
+        )
+
+
+def _check_scheme(scheme: object, heads: int) -> PositionScheme:
+    """``scheme`` (None: NoPE) as an instance, with a bias (if any) for ``heads`` query heads."""
+    if scheme is None:
+        return posenc.NoPE()
+    if not isinstance(scheme, PositionScheme):
+        if isinstance(scheme, type):
+            what = (_a_class(scheme) if issubclass(scheme, PositionScheme) else
+                    f"got the class {scheme.__name__}; pass a scheme instance, e.g. "
+                    "posenc.RoPE(head_dim)")
+        elif isinstance(scheme, RotaryEmbedding):
+            what = "got a RotaryEmbedding; pass the scheme, posenc.RoPE(head_dim, ...)"
+        else:
+            what = f"got {type(scheme).__name__}"
+        raise TypeError(f"scheme must be a posenc PositionScheme or None, {what}")
+    if scheme.num_heads is not None and scheme.num_heads != heads:
+        raise ValueError(f"scheme {scheme.name!r} has a bias for {scheme.num_heads} heads but q "
+                         f"has {heads} heads; they must be equal ({LAYOUT})")
+    return scheme
 
 
 def _rotate_q(scheme: PositionScheme, q: Tensor, positions: Tensor) -> Tensor:
@@ -290,10 +329,13 @@ def shift_rotated_keys(k: Tensor, shift: int | Tensor, rope: RotaryEmbedding | R
     queries are wrong. The angle is ``|shift| * theta`` from posenc's exact angles, without
     the attention factor (it is in the keys already); partial rotary turns only the rotary
     channels. xPos (a per-position scale) is refused; for ``dynamic`` / ``longrope`` scaling
-    the frequencies must be those the keys were rotated with.
+    the frequencies must be those the keys were rotated with, and ``k`` must end in ``rope``'s
+    ``head_dim`` (another head_dim, odd included, is refused: its frequencies would turn the
+    wrong channels).
     """
     rotary = _rotary(rope)
     check_tensor("k", k, floating=True, min_dim=2)
+    _check_head_dim("k", k, rotary, "rope")
     T = k.shape[-2]
     if isinstance(shift, Tensor):
         if shift.is_floating_point() or shift.is_complex() or shift.dtype == torch.bool:
@@ -653,35 +695,44 @@ def rebase_cache(cache: KVCache, rope: RotaryEmbedding | RoPE | None, *, keep: i
     window) move as a whole by ``d``, so that they follow the sinks without a gap. Returns
     ``d``, the distance the window (and the next query) moves down.
 
+    ``keep`` at or past the cache's length (a stream that has not filled its sinks yet): every
+    cached key is a sink and goes to ``0 .. T - 1``, and ``d`` is the next query's move, so it
+    still follows them without a gap (``d = 0`` on a stream that started at 0: nothing moves),
+    as llama.cpp clamps ``n_keep`` to the tokens it holds. An empty cache returns 0.
+
     Done once every ``R`` tokens after eviction, it keeps every position below
     ``keep + window + R`` on an endless stream, so RoPE's angles stay small; each key takes one
     rounding per rebase (a drift that grows with the number of rebases, not with the position).
     The window's relative offsets, and so its scores with the next query, are unchanged. A
     rebase cannot undo rounding a key already carries (a key rotated at position ``10**6`` with
     float32-product angles keeps that error); it keeps positions small from the start. Only a
-    growing cache whose rows agree on their positions (one stream) is rebased.
+    growing cache whose rows agree on their positions (one stream) is rebased, and its keys
+    must end in ``rope``'s ``head_dim``.
     """
     if not isinstance(cache, KVCache) or cache.static:
         raise TypeError(f"cache must be a growing posenc.KVCache, got "
                         f"{'a static KVCache' if isinstance(cache, KVCache) else type(cache).__name__}")
     keep = check_int("keep", keep, minimum=0)
-    if rope is not None:
-        _rotary(rope)
-    if cache.k is None or cache.positions is None or len(cache) <= keep:
+    rotary = None if rope is None else _rotary(rope)
+    if cache.k is None or cache.positions is None or not len(cache):
         return 0
+    if rotary is not None:
+        _check_head_dim("the cached keys", cache.k, rotary, "rope")
     pos = cache.positions  # [B, T]
     if not bool((pos == pos[:1]).all()):
         raise ValueError("rebase_cache: the rows hold different positions; rebase one stream "
                          "(rows that agree) at a time")
-    d = int(pos[0, keep]) - keep  # the window's move
+    T = pos.shape[1]
+    keep = min(keep, T)  # past the length: every key a sink
+    nxt = int(pos[0, keep]) if keep < T else int(pos[0, -1]) + 1  # the window's (or query's) start
+    d = nxt - keep  # the window's move
     shift = torch.cat([torch.arange(keep, device=pos.device) - pos[0, :keep],
-                       torch.full((pos.shape[1] - keep,), -d, device=pos.device)])  # [T]
-    if not bool(shift.any()):
-        return 0
-    if rope is not None:
-        cache.k = shift_rotated_keys(cache.k, shift, rope)
-    cache.positions = pos + shift
-    cache._recompute_next()
+                       torch.full((T - keep,), -d, device=pos.device)])  # [T]
+    if bool(shift.any()):
+        if rotary is not None:
+            cache.k = shift_rotated_keys(cache.k, shift, rotary)
+        cache.positions = pos + shift
+        cache._recompute_next()
     return d
 
 
