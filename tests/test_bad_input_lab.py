@@ -181,6 +181,11 @@ CASES = [
     ("shift_rotated_keys", lambda: shift_rotated_keys(torch.randn(1, 2, 4, 16), 3, ROPE), ValueError, "k must end in rope's head_dim=8"),
     ("shift_rotated_keys", lambda: shift_rotated_keys(torch.randn(1, 2, 4, 7), 3, ROPE), ValueError, "k must end in rope's head_dim=8"),
     ("rebase_cache", lambda: rebase_cache(_cache_at(100, dim=16), ROPE, keep=1), ValueError, "the cached keys must end in rope's head_dim=8"),
+    ("paged_attend", lambda: paged_attend(torch.randn(2, 2, 1, 8), torch.randn(2, 2, 1, 8), torch.randn(2, 2, 1, 8), PAGED, [0, 0], positions=torch.zeros(2, 1, dtype=torch.long)), ValueError, "rows must name each cache row at most once"),
+    ("paged_attend", lambda: paged_attend(X4, X4, X4, PAGED, torch.tensor([0.0]), positions=torch.arange(4)[None]), TypeError, "rows must be a list of ints or a 1-D integer tensor"),
+    ("paged_attend", lambda: paged_attend(torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8), PAGED, [0], positions=torch.arange(4)[None]), ValueError, "posenc's layout is [B, H, L, head_dim]"),
+    ("PagedKVCache", lambda: PagedKVCache(4, 2, 2, 8, dtype=torch.long), TypeError, "dtype must be a floating torch.dtype"),
+    ("PagedKVCache", lambda: PAGED.append(0, torch.randn(2, 1, 8, dtype=torch.float64), torch.randn(2, 1, 8, dtype=torch.float64), torch.arange(1)), ValueError, "k is torch.float64 on cpu, the cache holds torch.float32"),
 ]
 
 

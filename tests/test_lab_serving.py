@@ -382,3 +382,47 @@ def test_rebase_with_keep_past_the_cache_length():
     assert serving.rebase_cache(posenc.KVCache(), scheme, keep=3) == 0  # empty
 
 
+def test_paged_attend_rows_once_each_list_or_tensor():
+    """A row named twice would be written twice and each batch row see another prefix:
+    refused before anything is written. A 1-D integer tensor of rows is a list of rows."""
+    q, k, v = _randn(2, H, 1, D, seed=1), _randn(2, H_KV, 1, D, seed=2), _randn(2, H_KV, 1, D, seed=3)
+    pos = torch.tensor([[0], [0]])
+    paged = serving.PagedKVCache(8, 2, H_KV, D)
+    rows = [paged.add_row(), paged.add_row()]
+    with pytest.raises(ValueError, match=r"rows must name each cache row at most once, got \[0, 0\]"):
+        serving.paged_attend(q, k, v, paged, [0, 0], positions=pos)
+    assert paged.lengths == [0, 0] and len(paged.free) == 8  # nothing written
+    with pytest.raises(TypeError, match="rows must be a list of ints or a 1-D integer tensor"):
+        serving.paged_attend(q, k, v, paged, torch.tensor([0.0, 1.0]), positions=pos)
+    with pytest.raises(ValueError, match="row must be one of the 2 rows"):
+        serving.paged_attend(q, k, v, paged, [0, 5], positions=pos)
+    assert paged.lengths == [0, 0]
+    twin = serving.PagedKVCache(8, 2, H_KV, D)
+    twin.add_row(), twin.add_row()
+    want = serving.paged_attend(q, k, v, twin, rows, _scheme("rope"), positions=pos)
+    got = serving.paged_attend(q, k, v, paged, torch.tensor(rows), _scheme("rope"), positions=pos)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_paged_cache_is_floating_and_never_casts():
+    """Integer pages are refused; a write of another dtype raises as KVCache's does (no silent
+    downcast of float64 keys); a cache built in float64 takes float64 keys."""
+    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype.*torch.int64"):
+        serving.PagedKVCache(4, 2, H_KV, D, dtype=torch.long)
+    paged = serving.PagedKVCache(4, 2, H_KV, D)
+    row = paged.add_row()
+    k64 = _randn(H_KV, 1, D, seed=1).double()
+    with pytest.raises(ValueError, match="k is torch.float64 on cpu, the cache holds torch.float32"):
+        paged.append(row, k64, k64, torch.arange(1))
+    q64 = _randn(1, H, 1, D, seed=2).double()
+    with pytest.raises(ValueError, match="k is torch.float64"):
+        serving.paged_attend(q64, k64[None], k64[None], paged, [row], positions=torch.tensor([[0]]))
+    with pytest.raises(TypeError, match="q, k, v must share one dtype"):
+        serving.paged_attend(q64.float(), k64[None], k64[None], paged, [row],
+                             positions=torch.tensor([[0]]))
+    assert paged.lengths == [0]
+    wide = serving.PagedKVCache(4, 2, H_KV, D, dtype=torch.float64)
+    wide.append(wide.add_row(), k64, k64, torch.arange(1))
+    assert torch.equal(wide.gather(0)[0], k64)
+
+

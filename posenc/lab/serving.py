@@ -138,7 +138,9 @@ class PagedKVCache:
     :class:`~posenc.cache.KVCache` holds them, and attention over them is the same
     (:func:`paged_attend`).
 
-    Keys are stored as given (already rotated, as ``KVCache`` stores them).
+    Keys are stored as given (already rotated, as ``KVCache`` stores them), in the cache's
+    floating ``dtype`` on its ``device``: a write of another dtype or device is refused, as
+    ``KVCache`` refuses it (cast the keys, or build the cache in their dtype).
     """
 
     def __init__(
@@ -156,6 +158,9 @@ class PagedKVCache:
         self.block_size = check_int("block_size", block_size, minimum=1)
         self.heads = check_int("heads", heads, minimum=1)
         self.head_dim = check_int("head_dim", head_dim, minimum=1)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch.dtype (float32, float16, bfloat16, "
+                            f"float64): the pages hold keys and values, got {dtype!r}")
         if block_order is None:
             order = list(range(num_blocks))
         else:
@@ -216,10 +221,8 @@ class PagedKVCache:
         blocks = torch.tensor(self.tables[row], dtype=torch.long)[t // bs] if n else t
         return blocks * bs + t % bs  # [n]
 
-    def append(self, row: int, k: Tensor, v: Tensor, positions: Tensor) -> Tensor:
-        """Store ``k``, ``v`` ``[heads, L, head_dim]`` of ``row``'s next ``L`` tokens, rotated
-        at ``positions [L]``; returns their slots ``[L]``."""
-        row = self._check_row(row)
+    def _check_kv(self, k: Tensor, v: Tensor) -> None:
+        """``k``, ``v [heads, L, head_dim]`` in the pages' dtype, on their device."""
         for name, t in (("k", k), ("v", v)):
             check_tensor(name, t, floating=True)
             if t.dim() != 3 or t.shape[0] != self.heads or t.shape[2] != self.head_dim:
@@ -227,17 +230,30 @@ class PagedKVCache:
                     f"{name} must have shape [heads={self.heads}, L, head_dim={self.head_dim}], "
                     f"got {tuple(t.shape)}"
                 )
+            pages = self.k_pages
+            if t.dtype != pages.dtype or t.device != pages.device:
+                raise ValueError(
+                    f"{name} is {t.dtype} on {t.device}, the cache holds {pages.dtype} on "
+                    f"{pages.device}: pass {name}.to({pages.dtype}) or build "
+                    f"PagedKVCache(..., dtype={t.dtype}) (KVCache's rule: no silent cast)"
+                )
         if k.shape != v.shape:
             raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and "
                              f"{tuple(v.shape)}")
+
+    def append(self, row: int, k: Tensor, v: Tensor, positions: Tensor) -> Tensor:
+        """Store ``k``, ``v`` ``[heads, L, head_dim]`` of ``row``'s next ``L`` tokens, rotated
+        at ``positions [L]``; returns their slots ``[L]``."""
+        row = self._check_row(row)
+        self._check_kv(k, v)
         positions = check_positions("positions", positions)
         if positions.dim() != 1 or positions.shape[0] != k.shape[1]:
             raise ValueError(f"positions must have shape [L={k.shape[1]}], got "
                              f"{tuple(positions.shape)}")
         slots = self.slot_mapping(row, k.shape[1])  # [L]
         block, offset = slots // self.block_size, slots % self.block_size
-        self.k_pages[block, offset] = k.transpose(0, 1).to(self.k_pages)  # [L, H_kv, Dh]
-        self.v_pages[block, offset] = v.transpose(0, 1).to(self.v_pages)
+        self.k_pages[block, offset] = k.transpose(0, 1)  # [L, H_kv, Dh]
+        self.v_pages[block, offset] = v.transpose(0, 1)
         self.pos_pages[block, offset] = positions.to(self.pos_pages.device)
         self.lengths[row] += k.shape[1]
         return slots
@@ -266,39 +282,63 @@ def paged_attend(
     k: Tensor,
     v: Tensor,
     cache: PagedKVCache,
-    rows: Sequence[int],
+    rows: Sequence[int] | Tensor,
     scheme: PositionScheme | None = None,
     *,
     positions: Tensor,
 ) -> Tensor:
     """One step of attention over a :class:`PagedKVCache`, as :func:`~posenc.attention.attend`
     does it over a ``KVCache``: ``q [B, H, L, Dh]``, the new ``k``, ``v [B, H_kv, L, Dh]`` of
-    ``rows`` (one row of the cache per batch row) at ``positions [B, L]``.
+    ``rows`` (one row of the cache per batch row, each at most once: a list of ints or a 1-D
+    integer tensor, vLLM's request indices) at ``positions [B, L]``.
 
     The new queries and keys are rotated at their positions (``scheme``'s ``rotate`` hook),
     the keys written through each row's slot mapping; then every row's keys, values and
     positions are gathered through its block table, padded to the longest row, and attended
     with the key positions (causal by position, a bias from positions) and a padding mask.
-    Returns ``[B, H, L, Dh]``.
+    Returns ``[B, H, L, Dh]``. Everything is checked before the cache is written.
     """
-    scheme = scheme if scheme is not None else posenc.NoPE()
-    if not isinstance(scheme, PositionScheme):
-        raise TypeError(f"scheme must be a posenc PositionScheme or None, got "
-                        f"{type(scheme).__name__}")
     if not isinstance(cache, PagedKVCache):
         raise TypeError(f"cache must be a PagedKVCache, got {type(cache).__name__}")
-    check_tensor("q", q, floating=True)
-    check_tensor("k", k, floating=True)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, floating=True)
     if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape or q.shape[0] != k.shape[0] \
-            or q.shape[2] != k.shape[2]:
+            or q.shape[2] != k.shape[2] or q.shape[1] % k.shape[1]:
         raise ValueError(f"q must be [B, H, L, Dh] and k, v [B, H_kv, L, Dh] with the same B and "
-                         f"L, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    B, _, L, _ = q.shape
-    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or len(rows) != B:
+                         f"L and H % H_kv == 0, got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)} ({LAYOUT})")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    B, H, L, _ = q.shape
+    scheme = _check_scheme(scheme, H)
+    if isinstance(rows, Tensor):
+        if rows.is_floating_point() or rows.is_complex() or rows.dtype == torch.bool \
+                or rows.dim() != 1:
+            raise TypeError(f"rows must be a list of ints or a 1-D integer tensor, got a "
+                            f"{rows.dtype} tensor of shape {tuple(rows.shape)}")
+        rows = rows.tolist()
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
+        raise TypeError(f"rows must be a list of ints or a 1-D integer tensor (one cache row per "
+                        f"batch row), got {type(rows).__name__}")
+    if len(rows) != B:
         raise ValueError(f"rows must list one cache row per batch row ({B}), got {rows!r}")
+    rows = [cache._check_row(r) for r in rows]
+    if len(set(rows)) != B:
+        twice = sorted({r for r in rows if rows.count(r) > 1})
+        raise ValueError(f"rows must name each cache row at most once, got {rows} (rows {twice} "
+                         "twice): one batch row per request, or its tokens would be written "
+                         "twice and each batch row see a different prefix")
     positions = check_positions("positions", positions)
     if positions.shape != (B, L):
-        raise ValueError(f"positions must have shape [B={B}, L={L}], got {tuple(positions.shape)}")
+        raise ValueError(f"positions must have shape [B={B}, L={L}], got {tuple(positions.shape)}"
+                         f" (L is dim 2 of q; {LAYOUT})")
+    cache._check_kv(k[0], v[0])  # the cache's heads, head_dim, dtype and device
+    bs = cache.block_size
+    need = sum(max(-(-(cache.lengths[r] + L) // bs) - len(cache.tables[r]), 0) for r in rows)
+    if need > len(cache.free):
+        raise ValueError(f"PagedKVCache is out of blocks: rows {rows} need {need} more and "
+                         f"{len(cache.free)} are free (num_blocks={cache.num_blocks}, "
+                         f"block_size={bs})")
     q, k = scheme.rotate(q, k, positions)  # [B, H, L, Dh], [B, H_kv, L, Dh]
     for b, row in enumerate(rows):
         cache.append(row, k[b], v[b], positions[b])
