@@ -186,6 +186,8 @@ CASES = [
     ("paged_attend", lambda: paged_attend(torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8), PAGED, [0], positions=torch.arange(4)[None]), ValueError, "posenc's layout is [B, H, L, head_dim]"),
     ("PagedKVCache", lambda: PagedKVCache(4, 2, 2, 8, dtype=torch.long), TypeError, "dtype must be a floating torch.dtype"),
     ("PagedKVCache", lambda: PAGED.append(0, torch.randn(2, 1, 8, dtype=torch.float64), torch.randn(2, 1, 8, dtype=torch.float64), torch.arange(1)), ValueError, "k is torch.float64 on cpu, the cache holds torch.float32"),
+    ("kvcache_step_reference", lambda: kvcache_step_reference(FLASH.double(), torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8)), TypeError, "q, k_cache, v_cache must share one dtype"),
+    ("kvcache_step_reference", lambda: kvcache_step_reference(FLASH, torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8), cache_seqlens=1, alibi_slopes=torch.ones(3)), ValueError, "alibi_slopes must have shape [H=2] or [B=1, H=2]"),
 ]
 
 

@@ -426,3 +426,34 @@ def test_paged_cache_is_floating_and_never_casts():
     assert torch.equal(wide.gather(0)[0], k64)
 
 
+def test_kvcache_step_refuses_mixed_dtypes():
+    q, kc = _randn(1, 1, H, D, seed=1), torch.zeros(1, 4, H_KV, D)
+    k = _randn(1, 1, H_KV, D, seed=2)
+    with pytest.raises(TypeError, match=r"q, k_cache, v_cache, k, v must share one dtype.*"
+                                        r"k torch.float16"):
+        serving.kvcache_step_reference(q, kc, kc.clone(), k.half(), k, cache_seqlens=1)
+    with pytest.raises(TypeError, match="q torch.float64, k_cache torch.float32"):
+        serving.kvcache_step_reference(q.double(), kc, kc.clone())
+    out = serving.kvcache_step_reference(q.double(), kc.double(), kc.double(), k.double(),
+                                         k.double(), cache_seqlens=1)
+    assert out.dtype == torch.float64
+
+
+def test_kvcache_step_alibi_slopes_per_head_or_per_row():
+    """flash-attn takes alibi_slopes [H] or [B, H]: a [B, H] table is each row's own [H] one;
+    another shape is refused, naming the shapes it may have."""
+    B, S = 2, 8
+    q, kc, vc = _randn(B, 2, H, D, seed=1), _randn(B, S, H, D, seed=2), _randn(B, S, H, D, seed=3)
+    slopes = torch.stack([posenc.alibi_slopes(H), 0.5 * posenc.alibi_slopes(H)])  # [B, H]
+    got = serving.kvcache_step_reference(q, kc, vc, cache_seqlens=5, causal=True,
+                                         alibi_slopes=slopes)
+    for b in range(B):
+        r = slice(b, b + 1)
+        want = serving.kvcache_step_reference(q[r], kc[r], vc[r], cache_seqlens=5, causal=True,
+                                              alibi_slopes=slopes[b])
+        torch.testing.assert_close(got[r], want, atol=0, rtol=0)
+    for bad in (torch.ones(3), torch.ones(B, 3), torch.ones(1, B, H)):
+        with pytest.raises(ValueError, match=r"alibi_slopes must have shape \[H=4\] or \[B=2, H=4\]"):
+            serving.kvcache_step_reference(q, kc, vc, cache_seqlens=5, alibi_slopes=bad)
+
+

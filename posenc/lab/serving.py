@@ -458,8 +458,10 @@ def kvcache_step_reference(
     - ``k``, ``v`` are written into the caches **in place** at those slots.
     - Row ``b`` attends over its first ``seqlen_k = cache_seqlens[b] + Lnew`` slots; ``causal``
       aligns the mask to the bottom right (query ``i`` sees key ``j <= i + seqlen_k - Lq``);
-      ``alibi_slopes [H]`` add ``-slope * |i + seqlen_k - Lq - j|``. A query that sees no key
-      gives 0.
+      ``alibi_slopes [H]`` or ``[B, H]`` (one set per row, as flash-attn takes them) add
+      ``-slope * |i + seqlen_k - Lq - j|``. A query that sees no key gives 0.
+    - ``q``, the caches and ``k``, ``v`` share one dtype (flash-attn's rule; the reference
+      computes in float32 and returns ``out`` in that dtype).
 
     Returns ``out [B, Lq, H, D]`` (and the log-sum-exp ``[B, H, Lq]`` of the scaled scores with
     ``return_softmax_lse``). Not the kernel: no ``cache_batch_idx``, no ``cache_leftpad``, no
@@ -470,6 +472,16 @@ def kvcache_step_reference(
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (flash-attn's [B, L, H, D]), got "
                              f"{tuple(t.shape)}")
+    given = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)]
+    given += [(n, t) for n, t in (("k", k), ("v", v)) if t is not None]
+    for name, t in given[3:]:
+        check_tensor(name, t, floating=True)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (flash-attn's [B, Lnew, H_kv, D]), got "
+                             f"{tuple(t.shape)}")
+    if len({t.dtype for _, t in given}) > 1:  # flash-attn's rule, and posenc.attend's
+        raise TypeError(f"{', '.join(n for n, _ in given)} must share one dtype, got "
+                        f"{', '.join(f'{n} {t.dtype}' for n, t in given)}")
     B, Lq, H, D = q.shape
     H_kv = k_cache.shape[2]
     if block_table is None:
@@ -524,6 +536,15 @@ def kvcache_step_reference(
         if int(seqlens.max()) + max(Lnew, 1) > rotary_cos.shape[0]:
             raise ValueError(f"rotary tables cover {rotary_cos.shape[0]} positions, fewer than "
                              f"cache_seqlens + Lnew")
+    slopes = None
+    if alibi_slopes is not None:
+        check_tensor("alibi_slopes", alibi_slopes, floating=True)
+        if alibi_slopes.shape not in ((H,), (B, H)):
+            raise ValueError(f"alibi_slopes must have shape [H={H}] or [B={B}, H={H}] (one slope "
+                             f"per query head, per row or for all), got "
+                             f"{tuple(alibi_slopes.shape)} (q is flash-attn's [B, L, H, D], "
+                             f"got {tuple(q.shape)})")
+        slopes = alibi_slopes.to(q.device, torch.float32).expand(B, H)  # [B, H]
     causal = check_bool("causal", causal)
     rotary_interleaved = check_bool("rotary_interleaved", rotary_interleaved)
     scale = D ** -0.5 if softmax_scale is None else float(softmax_scale)
@@ -551,8 +572,8 @@ def kvcache_step_reference(
         s = torch.einsum("qhd,khd->hqk", qb.float(), keys) * scale  # [H, Lq, Tk]
         i = torch.arange(Lq, device=q.device)[:, None] + seqlen_k - Lq  # [Lq, 1]: aligned index
         j = torch.arange(seqlen_k, device=q.device)[None, :]  # [1, Tk]
-        if alibi_slopes is not None:
-            s = s - alibi_slopes.to(q.device, torch.float32).view(H, 1, 1) * (i - j).abs()
+        if slopes is not None:
+            s = s - slopes[b].view(H, 1, 1) * (i - j).abs()
         if causal:
             s = s.masked_fill(j > i, float("-inf"))
         row_lse = torch.logsumexp(s, dim=-1)  # [H, Lq]
