@@ -188,6 +188,10 @@ CASES = [
     ("PagedKVCache", lambda: PAGED.append(0, torch.randn(2, 1, 8, dtype=torch.float64), torch.randn(2, 1, 8, dtype=torch.float64), torch.arange(1)), ValueError, "k is torch.float64 on cpu, the cache holds torch.float32"),
     ("kvcache_step_reference", lambda: kvcache_step_reference(FLASH.double(), torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8)), TypeError, "q, k_cache, v_cache must share one dtype"),
     ("kvcache_step_reference", lambda: kvcache_step_reference(FLASH, torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8), cache_seqlens=1, alibi_slopes=torch.ones(3)), ValueError, "alibi_slopes must have shape [H=2] or [B=1, H=2]"),
+    ("partial_attention", lambda: partial_attention(X4, X4, X4, torch.arange(4), torch.arange(4), posenc.ALiBi(4)), ValueError, "scheme 'alibi' has a bias for 4 heads but q has 2 heads"),
+    ("partial_attention", lambda: partial_attention(X4, X4, X4, torch.arange(4), torch.arange(4), posenc.RotaryEmbedding), TypeError, "got the class RotaryEmbedding"),
+    ("partial_attention", lambda: partial_attention(torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8), torch.arange(4), torch.arange(4)), ValueError, "posenc's layout is [B, H, L, head_dim]"),
+    ("attend_sharded", lambda: attend_sharded(X4, X4, X4, posenc.RoPE, shards=2), TypeError, "got the class RoPE; pass an instance"),
 ]
 
 

@@ -457,3 +457,35 @@ def test_kvcache_step_alibi_slopes_per_head_or_per_row():
             serving.kvcache_step_reference(q, kc, vc, cache_seqlens=5, alibi_slopes=bad)
 
 
+def test_partial_attention_checks_the_scheme():
+    """A bias for another head count, a scheme class instead of an instance: clear errors
+    (not a broadcast's RuntimeError, not a missing attribute)."""
+    q = _randn(1, H, 4, D, seed=1)
+    pos = torch.arange(4)
+    with pytest.raises(ValueError, match="scheme 'alibi' has a bias for 2 heads but q has 4 heads"):
+        serving.partial_attention(q, q, q, pos, pos, ALiBi(2))
+    with pytest.raises(ValueError, match="scheme 'alibi' has a bias for 2 heads"):
+        serving.attend_sharded(q, q, q, ALiBi(2), shards=2)
+    with pytest.raises(TypeError, match=r"got the class RoPE; pass an instance, e\.g\. RoPE\(head_dim\)"):
+        serving.partial_attention(q, q, q, pos, pos, RoPE)
+    with pytest.raises(TypeError, match="got the class RotaryEmbedding; pass a scheme instance"):
+        serving.partial_attention(q, q, q, pos, pos, posenc.RotaryEmbedding)
+    with pytest.raises(TypeError, match="got a RotaryEmbedding; pass the scheme"):
+        serving.attend_sharded(q, q, q, posenc.RotaryEmbedding(D), shards=2)
+
+
+def test_flash_layout_is_named_where_posenc_layout_is_expected():
+    """[B, L, H, Dh] tensors where [B, H, L, Dh] belongs: the error names both layouts."""
+    x = _randn(1, 6, 2, 8, seed=1)  # flash-attn's [B, L=6, H=2, Dh]
+    layout = r"\[B, H, L, head_dim\]; flash-attn's \[B, L, H, head_dim\] converts with"
+    with pytest.raises(ValueError, match=r"q_pos must be \[Lq=2\].*" + layout):
+        serving.partial_attention(x, x, x, torch.arange(6), torch.arange(6))
+    paged = serving.PagedKVCache(4, 2, 2, 8)
+    paged.add_row()
+    with pytest.raises(ValueError, match=r"positions must have shape \[B=1, L=2\].*" + layout):
+        serving.paged_attend(_randn(1, 3, 2, 8, seed=2), _randn(1, 3, 2, 8, seed=3),
+                             _randn(1, 3, 2, 8, seed=4), paged, [0],
+                             positions=torch.arange(3)[None])
+    with pytest.raises(ValueError, match=r"q must be \[B, H, L, Dh\].*" + layout):
+        serving.paged_attend(x, x[:, :, :1], x[:, :, :1], paged, [0],
+                             positions=torch.arange(2)[None])

@@ -609,15 +609,16 @@ def partial_attention(
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, floating=True)
         if t.dim() != 4:
-            raise ValueError(f"{name} must be [B, H, L, Dh], got {tuple(t.shape)}")
-    if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
-        raise ValueError(f"k, v must be [B, H_kv, Lk, *] with q's B and H % H_kv == 0, got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+            raise ValueError(f"{name} must be [B, H, L, Dh], got {tuple(t.shape)} ({LAYOUT})")
+    if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1] \
+            or q.shape[3] != k.shape[3]:
+        raise ValueError(f"k, v must be [B, H_kv, Lk, *] with q's B and Dh and H % H_kv == 0, "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)} ({LAYOUT})")
     q_pos, k_pos = check_positions("q_pos", q_pos), check_positions("k_pos", k_pos)
     if q_pos.shape != (q.shape[2],) or k_pos.shape != (k.shape[2],):
-        raise ValueError(f"q_pos must be [Lq={q.shape[2]}] and k_pos [Lk={k.shape[2]}], got "
-                         f"{tuple(q_pos.shape)} and {tuple(k_pos.shape)}")
-    scheme = scheme if scheme is not None else posenc.NoPE()
+        raise ValueError(f"q_pos must be [Lq={q.shape[2]}] and k_pos [Lk={k.shape[2]}] (dim 2 of "
+                         f"q and k), got {tuple(q_pos.shape)} and {tuple(k_pos.shape)} ({LAYOUT})")
+    scheme = _check_scheme(scheme, q.shape[1])
     q_pos, k_pos = q_pos.to(q.device), k_pos.to(q.device)
     groups = q.shape[1] // k.shape[1]
     kf = k.float().repeat_interleave(groups, dim=1)
@@ -696,18 +697,15 @@ def attend_sharded(
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, floating=True)
         if t.dim() != 4:
-            raise ValueError(f"{name} must be [B, H, L, Dh], got {tuple(t.shape)}")
+            raise ValueError(f"{name} must be [B, H, L, Dh], got {tuple(t.shape)} ({LAYOUT})")
     L = q.shape[2]
     if k.shape[2] != L or v.shape[2] != L:
-        raise ValueError(f"q, k, v must cover the same {L} tokens, got {tuple(k.shape)}, "
-                         f"{tuple(v.shape)}")
+        raise ValueError(f"q, k, v must cover the same {L} tokens (dim 2), got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)} ({LAYOUT})")
     shards = check_int("shards", shards, minimum=1)
     load_balance = check_bool("load_balance", load_balance)
     causal = check_bool("causal", causal)
-    scheme = scheme if scheme is not None else posenc.NoPE()
-    if not isinstance(scheme, PositionScheme):
-        raise TypeError(f"scheme must be a posenc PositionScheme or None, got "
-                        f"{type(scheme).__name__}")
+    scheme = _check_scheme(scheme, q.shape[1])
     ranks = [posenc.shard_positions(L, r, shards, load_balance=load_balance)
              for r in range(shards)]  # the L / P global positions each rank holds
     qs, ks, vs = [], [], []
