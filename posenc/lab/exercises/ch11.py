@@ -140,7 +140,7 @@ def check_streaming_keep(fn: Callable[[int, int, int], tuple[Tensor, Tensor]], *
             elif got.shape == want.shape and torch.equal(got.long(), -want):
                 hint = say(lang, en="delta is new position minus old: a key that moves down "
                            "the cache has a negative delta",
-                           zh="delta 是新位置减旧位置：在缓存中往前移的键，delta 为负")
+                           zh="delta 是新位置减旧位置：在缓存中位置减小（向前平移）的键，delta 为负")
             elif got.shape == want.shape and torch.equal(
                     got.long(), want - sinks * (torch.arange(len(want)) >= sinks)):
                 hint = say(lang, en="the kept keys take positions 0, 1, ... in order, the sinks "
@@ -315,7 +315,7 @@ def _tree_hint(positions: Tensor, mask: Tensor, parents: list[int], prefix: int,
         if torch.equal(p, want_pos + 1):
             return say(lang, en="off by one: a root continues the prefix's last token, so it "
                        "sits at position prefix (depth 0)",
-                       zh="差了一位：根节点接在前缀最后一个词元之后，位置是前缀长度（深度 0）")
+                       zh="差了 1：根节点接在前缀最后一个词元之后，位置是前缀长度（深度 0）")
         return None
     return None
 
