@@ -13,8 +13,8 @@ cache, packed rows and shards.
   sliding window (Xiao et al., 2024, StreamingLLM), keys keeping their original positions (from
   ``offset`` on), taking StreamingLLM's positions inside the cache (only the sinks are
   re-rotated, each step from a copy that is never overwritten, by their total shift), or
-  rebased in bulk every ``R`` tokens (llama.cpp's context shift,
-  ``posenc.lab.serving.rebase_cache``); :func:`~posenc.cache.streaming_keep` gives
+  rebased in bulk every ``R`` tokens (the move of llama.cpp's context shift applied to a
+  sliding window, ``posenc.lab.serving.rebase_cache``); :func:`~posenc.cache.streaming_keep` gives
   StreamingLLM's own bookkeeping (the slots kept and how far each key moves);
 - :func:`with_angles`: a copy of a model whose RoPE forms its angles as float32 products (as
   transformers, Meta's code and torchtune do; they drift with the absolute position) or as
@@ -203,7 +203,9 @@ def stream(
     were cached and never overwritten, by their total shift: ``sinks`` rotations per step, and
     no rounding that accumulates step after step. (The window's positions still grow.)
 
-    ``rebase_every=R``: llama.cpp's context shift. Every ``R`` steps, once the cache is full,
+    ``rebase_every=R``: the move of llama.cpp's context shift (which, when its context is full,
+    drops half of the keys after the first ``n_keep`` and moves the rest down), applied to a
+    sliding window on another schedule: every ``R`` steps, once the cache is full,
     every cached key is moved down in one rotation (``posenc.lab.serving.rebase_cache``):
     the sinks to ``0 .. sinks - 1``, the window right after them; so every position stays below
     ``sinks + window + R`` however long the stream, at the cost of one rounding per key and
