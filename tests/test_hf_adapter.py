@@ -464,3 +464,33 @@ def test_a_rope_instance_in_the_other_layout_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         posenc.hf.use(model, posenc.RoPE(head_dim, interleaved=False))
+
+
+def test_transformers_numbers_new_tokens_from_the_keys_held() -> None:
+    """Chapter 11's eviction claim, against the installed transformers: without ``position_ids``
+    a step after a cache that lost keys is placed at ``get_seq_length()`` (the keys held), not at
+    the count of tokens seen; the caller must pass the true position."""
+    from transformers import DynamicCache
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(llama_config()).eval()
+    ids = torch.randint(2, VOCAB, (1, 12))
+    nxt = torch.randint(2, VOCAB, (1, 1))
+    with torch.no_grad():
+        cache = DynamicCache()
+        model(ids, past_key_values=cache, use_cache=True)
+        cache.crop(-4)  # the cache now holds 8 keys of the 12 tokens seen (the last 4 dropped)
+        assert cache.get_seq_length() == 8
+        states = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+
+        def step(**kw: object) -> torch.Tensor:
+            fresh = DynamicCache()
+            for i, (k, v) in enumerate(states):
+                fresh.update(k.clone(), v.clone(), i)
+            return model(nxt, past_key_values=fresh, use_cache=True, **kw).logits
+
+        default = step()
+        at_8 = step(position_ids=torch.tensor([[8]]))
+        at_12 = step(position_ids=torch.tensor([[12]]))
+    torch.testing.assert_close(default, at_8)  # numbered from the keys held
+    assert (default - at_12).abs().max() > 1e-3  # not from the tokens seen
