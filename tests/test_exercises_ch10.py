@@ -99,7 +99,7 @@ def test_answers_in_chinese(capsys):
         (check_positions_from_mask, lambda m, k: (m.long().cumsum(-1) - 1)[:, -k:],
          "transformers 4 填的是 1"),
         (check_positions_from_mask, lambda m, k: positions(m, k) + m.long()[:, -k:],
-         "差了一位"),
+         "差了 1"),
         (check_cu_seqlens, lambda ids: (cu(ids)[0].diff(), cu(ids)[1]), "累加和"),
         (check_cu_seqlens, lambda ids: (cu(ids)[0].long(), cu(ids)[1]), "变长内核"),
         (check_cu_seqlens, lambda ids: (cu(ids)[0][1:], cu(ids)[1]), "第 i 篇文档"),
@@ -180,7 +180,7 @@ def test_window_sinks_slips(capsys):
     _rejects(check, by_slot, capsys, "slot indices")
     _rejects(check, lambda m, n, w, s: visible(m, n, w, s).long(), capsys, "bool")
     _rejects(check, lambda m, n, w, s: visible(m, n, w, s)[:, 1:], capsys, "shape")
-    _rejects(check, wide, capsys, "差了一位", lang="zh")
+    _rejects(check, wide, capsys, "差了 1", lang="zh")
     _rejects(check, future_sinks, capsys, "汇聚点仍然是过去的键", lang="zh")
     with pytest.raises(ValueError, match="lang"):
         check(visible, lang="fr")

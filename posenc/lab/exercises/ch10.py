@@ -87,13 +87,13 @@ def check_positions_from_mask(fn: Callable[[Tensor, int], Tensor], *,
                        "the generate of transformers 5 fills them (masked_fill(mask == 0, 0); "
                        "version 4 filled 1); their value never reaches a real token, but keep "
                        "the convention",
-                       zh="真实词元的位置是对的；填充位置应当是 0，与 transformers 5 的 generate 一致"
-                       "（masked_fill(mask == 0, 0)；transformers 4 填的是 1）；它们的值不会影响真实词元，"
-                       "但请遵守这个约定")
+                       zh="真实词元的位置是对的；填充词元格上的位置应当是 0，"
+                       "与 transformers 5 的 generate 一致（masked_fill(mask == 0, 0)；"
+                       "transformers 4 填的是 1）；它们的值不会影响真实词元，但请遵守这个约定")
         elif torch.equal(g[real], want[real] + 1):
             hint = say(lang, en="off by one: the first real token of a row is at position 0 "
                        "(cumsum(mask) - 1)",
-                       zh="差了一位：每行第一个真实词元的位置是 0（cumsum(mask) - 1）")
+                       zh="差了 1：每行第一个真实词元的位置是 0（cumsum(mask) - 1）")
         else:
             hint = problem
         return fail(hint, setting, lang)
@@ -179,7 +179,7 @@ def _cu_hint(got: object, ids: Tensor, want: Tensor, lang: str) -> str | None:
                    "one starts wherever the id changes and at the start of every row, so an "
                    "id in two rows is two documents",
                    zh="按 id 在整个批次中计数文档是不对的（torch.unique 会把 id 排序并合并重复）："
-                   "文档是按行内顺序排列的连续段，id 改变之处和每行的开头都开始一个新文档，"
+                   "文档是按行内顺序排列的连续段，id 改变之处和每行的开头都开始一篇新文档，"
                    "所以出现在两行里的同一个 id 是两篇文档")
     return None
 
@@ -233,7 +233,7 @@ def check_window_sinks(fn: Callable[[Tensor, Tensor, int, int], Tensor], *,
         if torch.equal(got, _visible(m, n, window, sinks, reach=1)):
             hint = say(lang, en="off by one: a window of W keys holds the query itself and the "
                        "W - 1 keys before it, m - W < n <= m",
-                       zh="差了一位：W 个键的窗口包括查询自己和它前面的 W - 1 个键，即 m - W < n <= m")
+                       zh="差了 1：W 个键的窗口包括查询自己和它前面的 W - 1 个键，即 m - W < n <= m")
         elif torch.equal(got, _visible(m, n, window, sinks, causal_sinks=False)):
             hint = say(lang, en="a sink is still a key of the past: the query at position m "
                        "sees the sink at position n only if n <= m",
