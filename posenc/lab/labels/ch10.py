@@ -1,21 +1,7 @@
-"""Figure text of chapter 10 (positions in production), English and Chinese."""
+"""Figure text of chapter 10 (positions in batches), English and Chinese."""
 
 LABELS = {
     "en": {
-        "position": "position in the stream",
-        "loss": "loss (nats per byte)",
-        "train_len": "training length",
-        "rope_title": "RoPE, cache of {size} keys",
-        "alibi_title": "ALiBi, cache of {size} keys",
-        "full": "full attention",
-        "window": "sliding window",
-        "sinks_original": "4 sinks, original positions",
-        "sinks_cache": "4 sinks, positions in the cache",
-        "rank": "rank",
-        "pairs": "causal (query, key) pairs",
-        "contiguous": "contiguous chunks",
-        "head_tail": "head-tail chunks",
-        "work_title": "Causal work per rank, L = {length}, {world} ranks",
         "who_key": "key n (tick: its position)",
         "who_query": "query m (tick: its position)",
         "who_distance": "distance m − n",
@@ -40,20 +26,6 @@ LABELS = {
                        "left-padded, packed, a sliding window and a window with sinks",
     },
     "zh": {
-        "position": "流中的位置",
-        "loss": "损失（奈特/字节）",
-        "train_len": "训练长度",
-        "rope_title": "RoPE，缓存 {size} 个键",
-        "alibi_title": "ALiBi，缓存 {size} 个键",
-        "full": "完整注意力",
-        "window": "滑动窗口",
-        "sinks_original": "4 个汇聚点，原始位置",
-        "sinks_cache": "4 个汇聚点，缓存内位置",
-        "rank": "rank",
-        "pairs": "因果（查询，键）对的个数",
-        "contiguous": "连续切块",
-        "head_tail": "首尾切块",
-        "work_title": "每个 rank 的因果计算量，L = {length}，{world} 个 rank",
         "who_key": "键 n（刻度：其位置）",
         "who_query": "查询 m（刻度：其位置）",
         "who_distance": "距离 m − n",
@@ -67,7 +39,7 @@ LABELS = {
         },
         "who_titles": {
             "causal": "因果，单条序列",
-            "padded": "左填充：3 个填充位",
+            "padded": "左填充：3 个填充词元格",
             "packed": "序列打包：5 + 4 + 3",
             "window": "窗口 W = {window}",
             "sinks": "{sinks} 个注意力汇聚点 + 窗口 {window}",
