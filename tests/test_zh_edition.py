@@ -260,3 +260,14 @@ def test_export_import_round_trip():
     assert zh_sync.text(next(c for c in copy["cells"] if c["id"] == first)).startswith("# 顺序为何重要")
     with pytest.raises(ValueError, match="not in the notebook"):
         zh_sync.import_text(copy, "<!-- zh_sync nosuchcell markdown -->\ntext\n")
+
+
+def test_recipes_code_in_step():
+    """The recipes page is not a chapter (zh_sync leaves it alone), so its editions are compared
+    here: the same cells, the same code but for the setup's ``LANG`` line, the same structure."""
+    en, zh = _load(BOOK / "recipes.ipynb"), _load(ZH / "recipes.ipynb")
+    assert [c.get("id") for c in zh["cells"]] == [c.get("id") for c in en["cells"]]
+    for a, b in zip(_cells(en, "code"), _cells(zh, "code"), strict=True):
+        source = zh_sync.text(a).replace('LANG = "en"', 'LANG = "zh"')
+        assert zh_sync.text(b) == source, f"recipes code cell {a.get('id')} differs between editions"
+    assert _structure(zh) == _structure(en)
