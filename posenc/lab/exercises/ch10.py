@@ -64,8 +64,8 @@ def check_positions_from_mask(fn: Callable[[Tensor, int], Tensor], *,
             return fail(say(lang, en=f"you returned the positions of every token, shape "
                             f"{list(full.shape)}; a decode step needs only the new tokens' "
                             f"[B, new] = {list(want.shape)}",
-                            zh=f"你返回了所有词元的位置，形状为 {list(full.shape)}；解码一步只需要新词元的 "
-                            f"[B, new] = {list(want.shape)}"), setting, lang)
+                            zh=f"你返回了所有词元的位置，形状为 {list(full.shape)}；解码一步只需要"
+                            f"新词元的位置，形状为 [B, new] = {list(want.shape)}"), setting, lang)
         if not (isinstance(got, Tensor) and got.shape == want.shape):
             return fail(problem, setting, lang)
         real = mask[:, -new:].bool()
@@ -75,8 +75,8 @@ def check_positions_from_mask(fn: Callable[[Tensor, int], Tensor], *,
             hint = say(lang, en="you counted from the first new token: the new tokens continue "
                        "their row, so count the real tokens of the whole mask, the cached ones "
                        "included",
-                       zh="你从第一个新词元开始计数：新词元接在它所在行的后面，应对整个掩码中的真实词元"
-                       "计数，包括已缓存的那些")
+                       zh="你从第一个新词元开始计数：新词元接在它所在行的后面，应当数整个掩码中的真实"
+                       "词元，包括已缓存的那些")
         elif torch.equal(g, slots):
             hint = say(lang, en="these are slot indices (arange over the mask), which ignore "
                        "the padding: a left-padded row counts from its first real token",
@@ -165,7 +165,7 @@ def _cu_hint(got: object, ids: Tensor, want: Tensor, lang: str) -> str | None:
     if torch.equal(g, lengths):
         return say(lang, en="these are the documents' lengths; cu_seqlens are their running "
                    "sum, starting with 0 (N + 1 offsets)",
-                   zh="这是各文档的长度；cu_seqlens 是它们的累加和，并以 0 开头（共 N + 1 个累计偏移量）")
+                   zh="这是各文档的长度；cu_seqlens 是以 0 开头的累加和（共 N + 1 项）")
     if torch.equal(g, want.long()[1:]):
         return say(lang, en="the leading 0 is missing: cu_seqlens has N + 1 entries, "
                    "document i spans cu_seqlens[i] to cu_seqlens[i + 1]",
