@@ -40,8 +40,10 @@ def check_positions_from_mask(fn: Callable[[Tensor, int], Tensor], *,
     """``fn(attention_mask, new) -> positions``: ``attention_mask [B, C + new]`` covers the
     ``C`` tokens already in the cache and the ``new`` tokens of this step, 1 (or True) on real
     tokens and 0 on left padding; return the positions ``[B, new]`` of the new tokens: each real
-    token its index among the real tokens of its row, a padded slot 0 (as the ``generate`` of
-    transformers 5). Compared with ``posenc.positions_from_mask(attention_mask)[:, -new:]``;
+    token its index among the real tokens of its row, a padded slot 0. Compared with
+    ``posenc.positions_from_mask(attention_mask)[:, -new:]`` (the prefill of transformers 5's
+    ``generate`` gives the same; its later steps add 1 to the last position, so a row whose
+    cache holds only padding gets 1 there, not 0);
     the verdict in ``lang`` (``"en"`` or ``"zh"``)."""
     check_lang(lang)
     for mask, new in _STEPS:
@@ -84,12 +86,13 @@ def check_positions_from_mask(fn: Callable[[Tensor, int], Tensor], *,
                        "真实词元开始计数")
         elif torch.equal(g[real], want[real]):
             hint = say(lang, en="the real tokens are right; the padded slots should hold 0, as "
-                       "the generate of transformers 5 fills them (masked_fill(mask == 0, 0); "
-                       "version 4 filled 1); their value never reaches a real token, but keep "
-                       "the convention",
+                       "posenc.positions_from_mask and the prefill of transformers 5's generate "
+                       "fill them (masked_fill(mask == 0, 0); version 4 filled 1); their value "
+                       "never reaches a real token, but keep the convention",
                        zh="真实词元的位置是对的；填充词元格上的位置应当是 0，"
-                       "与 transformers 5 的 generate 一致（masked_fill(mask == 0, 0)；"
-                       "transformers 4 填的是 1）；它们的值不会影响真实词元，但请遵守这个约定")
+                       "与 posenc.positions_from_mask 以及 transformers 5 的 generate 在预填充时一致"
+                       "（masked_fill(mask == 0, 0)；transformers 4 填的是 1）；"
+                       "它们的值不会影响真实词元，但请遵守这个约定")
         elif torch.equal(g[real], want[real] + 1):
             hint = say(lang, en="off by one: the first real token of a row is at position 0 "
                        "(cumsum(mask) - 1)",
@@ -98,10 +101,10 @@ def check_positions_from_mask(fn: Callable[[Tensor, int], Tensor], *,
             hint = problem
         return fail(hint, setting, lang)
     return verdict(True, say(
-        lang, en="your positions equal those transformers' generate gives the new tokens\n"
-        "  (posenc.positions_from_mask over the whole mask), for every step tried",
-        zh="你的位置与 transformers 的 generate 给新词元的位置相同\n"
-        "  （对整个掩码做 posenc.positions_from_mask），试过的每一步都一样"))
+        lang, en="your positions equal posenc.positions_from_mask over the whole mask,\n"
+        "  for the new tokens, at every step tried",
+        zh="你的位置与对整个掩码做 posenc.positions_from_mask 得到的新词元位置相同，\n"
+        "  试过的每一步都一样"))
 
 
 # ----------------------------------------------------------------- cu_seqlens
