@@ -132,6 +132,12 @@ def test_streaming_keep_slips(capsys):
 
     _rejects(check, window_from_zero, capsys, "sinks first")
     _rejects(check, lambda n, s, w: keep_delta(n, s, w)[0], capsys, "pair of tensors")
+    _rejects(check, lambda n, s, w: (keep_delta(n, s, w)[0].float(), keep_delta(n, s, w)[1]),
+             capsys, "integers")
+    _rejects(check, lambda n, s, w: (keep_delta(n, s, w)[0], keep_delta(n, s, w)[1].float()),
+             capsys, "integers")
+    _rejects(check, lambda n, s, w: (keep_delta(n, s, w)[0], keep_delta(n, s, w)[1].float()),
+             capsys, "整数", lang="zh")
 
 
 def test_shard_slips(capsys):

@@ -119,6 +119,11 @@ def check_streaming_keep(fn: Callable[[int, int, int], tuple[Tensor, Tensor]], *
             return fail(say(lang, en="return a pair of tensors (keep, delta)",
                             zh="请返回两个张量组成的二元组 (keep, delta)"), setting, lang)
         keep, delta = out
+        for name, t in (("keep", keep), ("delta", delta)):
+            if not _is_int_tensor(t):
+                return fail(say(lang, en=f"{name} must hold integers, got dtype {t.dtype}",
+                                zh=f"{name} 必须是整数，得到的 dtype 是 {t.dtype}"),
+                            setting, lang)
         want_keep, want_delta = streaming_keep(length, sinks, window)
         for got, want, en, zh in ((keep, want_keep, "keep", "keep"),
                                   (delta, want_delta, "delta", "delta")):
@@ -140,7 +145,7 @@ def check_streaming_keep(fn: Callable[[int, int, int], tuple[Tensor, Tensor]], *
             elif got.shape == want.shape and torch.equal(got.long(), -want):
                 hint = say(lang, en="delta is new position minus old: a key that moves down "
                            "the cache has a negative delta",
-                           zh="delta 是新位置减旧位置：在缓存中位置减小（向前平移）的键，delta 为负")
+                           zh="delta 是新位置减旧位置：位置减小（在缓存中下移）的键，delta 为负")
             elif got.shape == want.shape and torch.equal(
                     got.long(), want - sinks * (torch.arange(len(want)) >= sinks)):
                 hint = say(lang, en="the kept keys take positions 0, 1, ... in order, the sinks "
@@ -221,7 +226,7 @@ def check_shard_positions(fn: Callable[[list[int], int, int], Tensor], *,
         lang, en="your shards equal the per-document head-tail layout (posenc.shard_positions\n"
         "  inside every document) for every row, rank and world size tried",
         zh="你的切分与按文档的首尾布局（在每篇文档内做 posenc.shard_positions）相同，\n"
-        "  试过的每一行、rank 和进程数都一样"))
+        "  试过的每一行、每个 rank 和每种 rank 数都一样"))
 
 
 # ----------------------------------------------------------------- re-rotating a cached key
