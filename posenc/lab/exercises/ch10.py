@@ -56,7 +56,7 @@ def check_positions_from_mask(fn: Callable[[Tensor, int], Tensor], *,
         if isinstance(got, Tensor) and got.shape == want.shape and not _is_int_tensor(got):
             return fail(say(lang, en=f"positions must be integers (an index into the rotation "
                              f"or the table), got dtype {got.dtype}",
-                             zh=f"位置必须是整数（旋转角或位置表的下标），得到的 dtype 是 {got.dtype}"),
+                             zh=f"位置必须是整数（用作旋转表或位置表的下标），得到的 dtype 是 {got.dtype}"),
                          setting, lang)
         problem = compare(got.float() if _is_int_tensor(got) else got, want.float(),
                           what=say(lang, en="the positions", zh="位置"), lang=lang)

@@ -150,7 +150,7 @@ def check_streaming_keep(fn: Callable[[int, int, int], tuple[Tensor, Tensor]], *
                     got.long(), want - sinks * (torch.arange(len(want)) >= sinks)):
                 hint = say(lang, en="the kept keys take positions 0, 1, ... in order, the sinks "
                            "first: the first window key lands at position sinks",
-                           zh="保留的键按顺序取位置 0, 1, ...，汇聚点在前：窗口里第一个键落在位置 sinks")
+                           zh="保留的键按顺序取位置 0、1、2……，汇聚点在前：窗口里第一个键落在位置 sinks")
             return fail(hint, setting, lang)
     return verdict(True, say(
         lang, en="your keep and delta equal StreamingLLM's bookkeeping for every cache tried",
@@ -226,7 +226,7 @@ def check_shard_positions(fn: Callable[[list[int], int, int], Tensor], *,
         lang, en="your shards equal the per-document head-tail layout (posenc.shard_positions\n"
         "  inside every document) for every row, rank and world size tried",
         zh="你的切分与按文档的首尾布局（在每篇文档内做 posenc.shard_positions）相同，\n"
-        "  试过的每一行、每个 rank 和每种 rank 数都一样"))
+        "  试过的每一行、每个 rank 和每种 rank 总数都一样"))
 
 
 # ----------------------------------------------------------------- re-rotating a cached key

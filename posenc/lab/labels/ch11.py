@@ -64,8 +64,8 @@ LABELS = {
         "contiguous": "连续切块",
         "head_tail": "首尾布局",
         "work_title": "每个 rank 的因果计算量，L = {length}，{world} 个 rank",
-        "tree_key": "键词元格（刻度为位置）",
-        "tree_query": "查询词元格（刻度为位置）",
+        "tree_key": "键槽位（刻度：其位置）",
+        "tree_query": "查询槽位（刻度：其位置）",
         "tree_distance": "距离 m − n",
         "tree_control": "草稿树",
         "tree_names": {
