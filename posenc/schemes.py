@@ -391,6 +391,28 @@ def _a_class(cls: type) -> str:
             f"{cls.__name__}({', '.join(need)})")
 
 
+def _check_scheme(scheme: object, heads: int | None = None, hint: str = "") -> PositionScheme:
+    """``scheme`` as ``attend`` takes it: None (NoPE) or an instance, never a class or a bare
+    ``RotaryEmbedding``; with ``heads``, a bias (if any) for that many query heads. ``hint``
+    ends the head-count message."""
+    if scheme is None:
+        return NoPE()
+    if not isinstance(scheme, PositionScheme):
+        if isinstance(scheme, type):
+            what = (_a_class(scheme) if issubclass(scheme, PositionScheme) else
+                    f"got the class {scheme.__name__}; pass a scheme instance, e.g. "
+                    "posenc.RoPE(head_dim)")
+        elif isinstance(scheme, RotaryEmbedding):
+            what = "got a RotaryEmbedding; pass the scheme, posenc.RoPE(head_dim, ...)"
+        else:
+            what = f"got {type(scheme).__name__}"
+        raise TypeError(f"scheme must be a PositionScheme or None, {what}")
+    if heads is not None and scheme.num_heads is not None and scheme.num_heads != heads:
+        raise ValueError(f"scheme {scheme.name!r} has a bias for {scheme.num_heads} heads but q "
+                         f"has {heads} heads; they must be equal{hint}")
+    return scheme
+
+
 def _not_a_name(given: object) -> TypeError:
     """The error for a ``make_scheme`` argument that is neither a name nor a scheme."""
     if isinstance(given, type) and issubclass(given, PositionScheme):

@@ -50,7 +50,7 @@ from torch import Tensor
 from ._checks import check_bool, check_float, check_int, check_tensor, check_window, is_compiling
 from .attention import BACKENDS, CAUSAL_CHUNK, attend
 from .positions import _document_ids_hint, document_ids_from_lengths
-from .schemes import ALiBi, NoPE, PositionScheme, _a_class
+from .schemes import ALiBi, PositionScheme, _check_scheme
 
 _flash: list[Callable | None] = []  # [flash_attn_varlen_func or None], filled on first use
 
@@ -160,11 +160,7 @@ def attend_varlen(
     """
     _check_layout(q, k, v)
     scheme, causal, window, dropout_p = _check_options(scheme, backend, causal, window, dropout_p)
-    if scheme.num_heads is not None and scheme.num_heads != q.shape[1]:
-        raise ValueError(
-            f"scheme {scheme.name!r} has a bias for {scheme.num_heads} heads but q has "
-            f"{q.shape[1]} heads; they must be equal"
-        )
+    _check_scheme(scheme, q.shape[1])
     if scale is not None:
         scale = check_float("scale", scale, positive=True)
     cu, lengths = _check_cu_seqlens(cu_seqlens, q.shape[0], q.device)  # lengths: None compiling
@@ -198,17 +194,14 @@ def _check_options(
     scheme: object, backend: object, causal: object, window: object, dropout_p: object
 ) -> tuple[PositionScheme, bool, int | None, float]:
     """``(scheme or NoPE, causal, window, dropout_p)``, checked as ``posenc.attend`` checks them."""
-    if scheme is not None and not isinstance(scheme, PositionScheme):
-        if isinstance(scheme, type) and issubclass(scheme, PositionScheme):
-            raise TypeError(f"scheme must be a PositionScheme or None, {_a_class(scheme)}")
-        raise TypeError(f"scheme must be a PositionScheme or None, got {type(scheme).__name__}")
+    checked = _check_scheme(scheme)
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     dropout_p = check_float("dropout_p", dropout_p)
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
     return (
-        scheme if scheme is not None else NoPE(),
+        checked,
         check_bool("causal", causal),
         None if window is None else check_window("window", window),
         dropout_p,

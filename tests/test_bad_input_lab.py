@@ -168,7 +168,7 @@ CASES = [
     ("merge_partials", lambda: merge_partials([torch.zeros(2, 3)], [torch.zeros(3)]), ValueError, "do not fit"),
     ("attend_sharded", lambda: attend_sharded(X4, X4, X4, shards=0), ValueError, "shards must be an int >= 1"),
     ("attend_sharded", lambda: attend_sharded(X4, X4, X4, shards=3), ValueError, "seq_len=4 must be divisible by world_size = 3"),
-    ("attend_sharded", lambda: attend_sharded(X4, X4, X4, "rope", shards=2), TypeError, "scheme must be a posenc PositionScheme"),
+    ("attend_sharded", lambda: attend_sharded(X4, X4, X4, "rope", shards=2), TypeError, "scheme must be a PositionScheme"),
     ("attend_sharded", lambda: attend_sharded(X4, X4, X4, shards=2, load_balance=1), TypeError, "load_balance must be a bool"),
     ("rebase_cache", lambda: rebase_cache(posenc.KVCache(max_len=4), ROPE), TypeError, "a static KVCache"),
     ("rebase_cache", lambda: rebase_cache(posenc.KVCache(), ROPE, keep=-1), ValueError, "keep must be an int >= 0"),

@@ -37,7 +37,7 @@ from posenc._checks import check_bool, check_int, check_positions, check_tensor
 from posenc.cache import KVCache
 from posenc.rope import RotaryEmbedding
 from posenc.rope_layout import LAYOUTS
-from posenc.schemes import PositionScheme, RoPE, _a_class
+from posenc.schemes import PositionScheme, RoPE, _a_class, _check_scheme
 
 __all__ = [
     "PagedKVCache", "paged_attend", "shift_rotated_keys", "kvcache_step_reference",
@@ -61,9 +61,7 @@ def _rotary(rope: object, argument: str = "rope") -> RotaryEmbedding:
     if isinstance(rope, RoPE):
         rope = rope.rotary
     if not isinstance(rope, RotaryEmbedding):
-        what = (f"got the class {rope.__name__}; pass an instance, e.g. "
-                f"{rope.__name__}(head_dim)" if isinstance(rope, type)
-                else f"got {type(rope).__name__}")
+        what = _a_class(rope) if isinstance(rope, type) else f"got {type(rope).__name__}"
         raise TypeError(
             f"{argument} must be a posenc.RotaryEmbedding or a posenc.RoPE scheme, {what}")
     if rope.xpos_scale_base is not None:
@@ -83,26 +81,6 @@ def _check_head_dim(name: str, x: Tensor, rotary: RotaryEmbedding, argument: str
             f"{rotary.rotary_dim}), got shape {tuple(x.shape)}: build the RoPE with the keys' "
             "head_dim"
         )
-
-
-def _check_scheme(scheme: object, heads: int) -> PositionScheme:
-    """``scheme`` (None: NoPE) as an instance, with a bias (if any) for ``heads`` query heads."""
-    if scheme is None:
-        return posenc.NoPE()
-    if not isinstance(scheme, PositionScheme):
-        if isinstance(scheme, type):
-            what = (_a_class(scheme) if issubclass(scheme, PositionScheme) else
-                    f"got the class {scheme.__name__}; pass a scheme instance, e.g. "
-                    "posenc.RoPE(head_dim)")
-        elif isinstance(scheme, RotaryEmbedding):
-            what = "got a RotaryEmbedding; pass the scheme, posenc.RoPE(head_dim, ...)"
-        else:
-            what = f"got {type(scheme).__name__}"
-        raise TypeError(f"scheme must be a posenc PositionScheme or None, {what}")
-    if scheme.num_heads is not None and scheme.num_heads != heads:
-        raise ValueError(f"scheme {scheme.name!r} has a bias for {scheme.num_heads} heads but q "
-                         f"has {heads} heads; they must be equal ({LAYOUT})")
-    return scheme
 
 
 def _rotate_q(scheme: PositionScheme, q: Tensor, positions: Tensor) -> Tensor:
@@ -310,7 +288,7 @@ def paged_attend(
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     B, H, L, _ = q.shape
-    scheme = _check_scheme(scheme, H)
+    scheme = _check_scheme(scheme, H, f" ({LAYOUT})")
     if isinstance(rows, Tensor):
         if rows.is_floating_point() or rows.is_complex() or rows.dtype == torch.bool \
                 or rows.dim() != 1:
@@ -618,7 +596,7 @@ def partial_attention(
     if q_pos.shape != (q.shape[2],) or k_pos.shape != (k.shape[2],):
         raise ValueError(f"q_pos must be [Lq={q.shape[2]}] and k_pos [Lk={k.shape[2]}] (dim 2 of "
                          f"q and k), got {tuple(q_pos.shape)} and {tuple(k_pos.shape)} ({LAYOUT})")
-    scheme = _check_scheme(scheme, q.shape[1])
+    scheme = _check_scheme(scheme, q.shape[1], f" ({LAYOUT})")
     q_pos, k_pos = q_pos.to(q.device), k_pos.to(q.device)
     groups = q.shape[1] // k.shape[1]
     kf = k.float().repeat_interleave(groups, dim=1)
@@ -705,7 +683,7 @@ def attend_sharded(
     shards = check_int("shards", shards, minimum=1)
     load_balance = check_bool("load_balance", load_balance)
     causal = check_bool("causal", causal)
-    scheme = _check_scheme(scheme, q.shape[1])
+    scheme = _check_scheme(scheme, q.shape[1], f" ({LAYOUT})")
     ranks = [posenc.shard_positions(L, r, shards, load_balance=load_balance)
              for r in range(shards)]  # the L / P global positions each rank holds
     qs, ks, vs = [], [], []
