@@ -489,3 +489,25 @@ def test_flash_layout_is_named_where_posenc_layout_is_expected():
     with pytest.raises(ValueError, match=r"q must be \[B, H, L, Dh\].*" + layout):
         serving.paged_attend(x, x[:, :, :1], x[:, :, :1], paged, [0],
                              positions=torch.arange(2)[None])
+
+
+def test_second_probe_messages_name_the_argument():
+    """The second wrong-call probe's unclear messages: a huge int shift, grouped-query keys for a
+    cache of more heads, a negative cache_seqlens, a per-token shift against transposed keys."""
+    rope = posenc.RotaryEmbedding(16)
+    k = _randn(1, 4, 6, 16, seed=1)
+    with pytest.raises(ValueError, match=r"shift must be between .* got 1000000000000"):
+        serving.shift_rotated_keys(k, 10**12 * 10**6, rope)
+    with pytest.raises(ValueError, match=r"T is dim -2 of k \[\.\.\., T, head_dim\], shape \(1, 4, 6, 16\)"):
+        serving.shift_rotated_keys(k, torch.arange(10), rope)
+    paged = serving.PagedKVCache(8, 4, 4, 16)
+    paged.add_row(), paged.add_row()
+    kv = _randn(2, 2, 1, 16, seed=2)
+    with pytest.raises(ValueError, match=r"k, v must be \[B, H_kv=4, L, head_dim=16\] \(the cache's"):
+        serving.paged_attend(_randn(2, 4, 1, 16, seed=3), kv, kv, paged, [0, 1], posenc.RoPE(16),
+                             positions=torch.zeros(2, 1, dtype=torch.long))
+    assert paged.lengths == [0, 0]  # refused before anything was written
+    q = _randn(2, 1, 4, 16, seed=4)  # flash-attn's [B, Lq, H, D]
+    cache = _randn(2, 8, 4, 16, seed=5)
+    with pytest.raises(ValueError, match=r"cache_seqlens must be >= 0 .* got \[-1, 3\]"):
+        serving.kvcache_step_reference(q, cache, cache.clone(), cache_seqlens=torch.tensor([-1, 3]))

@@ -310,7 +310,10 @@ def paged_attend(
     if positions.shape != (B, L):
         raise ValueError(f"positions must have shape [B={B}, L={L}], got {tuple(positions.shape)}"
                          f" (L is dim 2 of q; {LAYOUT})")
-    cache._check_kv(k[0], v[0])  # the cache's heads, head_dim, dtype and device
+    if k.shape[1] != cache.heads or k.shape[3] != cache.head_dim:
+        raise ValueError(f"k, v must be [B, H_kv={cache.heads}, L, head_dim={cache.head_dim}] "
+                         f"(the cache's heads and head_dim), got {tuple(k.shape)} ({LAYOUT})")
+    cache._check_kv(k[0], v[0])  # the cache's dtype and device
     bs = cache.block_size
     need = sum(max(-(-(cache.lengths[r] + L) // bs) - len(cache.tables[r]), 0) for r in rows)
     if need > len(cache.free):
@@ -359,11 +362,15 @@ def shift_rotated_keys(k: Tensor, shift: int | Tensor, rope: RotaryEmbedding | R
         if shift.is_floating_point() or shift.is_complex() or shift.dtype == torch.bool:
             raise TypeError(f"shift must be an int or an integer tensor, got {shift.dtype}")
         if shift.dim() != 1 or shift.shape[0] != T:
-            raise ValueError(f"shift must be an int or have shape [T={T}], got "
+            raise ValueError(f"shift must be an int or have shape [T={T}] (T is dim -2 of k "
+                             f"[..., T, head_dim], shape {tuple(k.shape)}), got "
                              f"{tuple(shift.shape)}")
         delta = shift.to(k.device, torch.long)
     else:
-        delta = torch.full((T,), check_int("shift", shift), dtype=torch.long, device=k.device)
+        n = check_int("shift", shift)
+        if abs(n) >= 2**31:  # posenc's positions stay below 2**31 (a tensor shift is checked so)
+            raise ValueError(f"shift must be between -(2**31 - 1) and 2**31 - 1, got {n}")
+        delta = torch.full((T,), n, dtype=torch.long, device=k.device)
     inv = rotary.inv_freq.to(k.device)
     cos, sin = posenc.rope_cos_sin(delta.abs(), inv, interleaved=rotary.interleaved)  # [T, rd]
     sin = sin * delta.sign()[:, None].to(sin.dtype)  # a backward turn: sin negated
@@ -493,7 +500,10 @@ def kvcache_step_reference(
         seqlens = cache_seqlens.long().cpu()
     else:
         seqlens = torch.full((B,), check_int("cache_seqlens", cache_seqlens, minimum=0))
-    if int(seqlens.min()) < 0 or int(seqlens.max()) + Lnew > S:
+    if int(seqlens.min()) < 0:
+        raise ValueError(f"cache_seqlens must be >= 0 (tokens already cached per row), got "
+                         f"{seqlens.tolist()}")
+    if int(seqlens.max()) + Lnew > S:
         raise ValueError(f"cache_seqlens + Lnew must fit the cache's {S} slots, got "
                          f"cache_seqlens {seqlens.tolist()} and Lnew={Lnew}")
     if block_table is not None:
