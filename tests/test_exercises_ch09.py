@@ -179,7 +179,7 @@ def test_answers_in_chinese(capsys):
     assert not check_llama4_scale(lambda p, f, a: _llama4(p, f, a, plus_one=0.0).float(),
                                   lang="zh")
     out = flat(capsys.readouterr().out)
-    assert "差了一位" in out and "off by one" not in out and "（输入：" in out, out
+    assert "差了 1" in out and "off by one" not in out and "（输入：" in out, out
     assert check_mla_rope(mla_right, lang="zh")
     assert flat(capsys.readouterr().out).startswith("✓ 在试过的每种形状上")
     assert not check_mla_rope(lambda q, k, c, s: _mla(q, k, c, s, rotate_k=False), lang="zh")

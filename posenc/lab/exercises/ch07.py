@@ -80,7 +80,7 @@ HINTS_ZH = {
     "reversed": "混合的方向反了：高频维度对（序号小）保持 theta_i，低频维度对（序号大）取 theta_i / s",
     "no_rounding": "斜坡的两端要向外取整：floor(i(beta_fast)) 和 ceil(i(beta_slow))",
     "channels": "i(beta) 数的是维度对，不是维度：(d / 2) ln(L / (2 pi beta)) / ln(base)，你的结果大了一倍",
-    "from_one": "差了一位：维度对从 0 开始编号，维度对 0 的频率最高",
+    "from_one": "差了 1：维度对从 0 开始编号，维度对 0 的频率最高",
     "no_clamp": "把斜坡的起点截断到维度对 0（上下文很短时 i(beta_fast) 是负数）",
     "turns": "你的斜坡在圈数 L / lambda_i 上线性变化（论文的公式）；posenc、Hugging Face 和已发布的"
              "检查点都在维度对序号上线性变化",

@@ -217,7 +217,7 @@ def _llama4(positions: Tensor, floor_scale: float, attn_scale: float, *, plus_on
 _LLAMA4_SLIPS: list[tuple[str, str, dict[str, Any]]] = [
     ("off by one: positions count from 0, so the floor is taken of (m + 1) / floor_scale; "
      "the scale first changes at m = floor_scale - 1",
-     "差了一位：位置从 0 开始数，所以要对 (m + 1) / floor_scale 取下整；"
+     "差了 1：位置从 0 开始数，所以要对 (m + 1) / floor_scale 取下整；"
      "缩放在 m = floor_scale - 1 处第一次变化", {"plus_one": 0.0}),
     ("log(1 + ...): the scale is 1 + attn_scale * log(1 + floor((m + 1) / floor_scale))",
      "要用 log(1 + ...)：缩放是 1 + attn_scale * log(1 + floor((m + 1) / floor_scale))",

@@ -204,10 +204,10 @@ def check_shard_positions(fn: Callable[[list[int], int, int], Tensor], *,
                                zh="这是打包行中的下标；位置应在每篇文档处从 0 重新开始")
                 elif torch.equal(g, whole) and world > 1:
                     hint = say(lang, en="you cut the whole row into 2 * world_size chunks; that "
-                               "balances nothing when the row holds several documents: cut "
-                               "every document",
-                               zh="你把整行切成了 2 * world_size 块；一行装着多篇文档时这样平衡不了计算量："
-                               "应切分每一篇文档")
+                               "balances only documents of equal length whose boundaries fall "
+                               "on the chunks' edges: cut every document",
+                               zh="你把整行切成了 2 * world_size 块；只有各篇文档等长、边界又正好落在块的"
+                               "边上时，这样才能平衡计算量：应切分每一篇文档")
                 elif torch.equal(g, _document_shards(lengths, rank, world,
                                                      load_balance=False)) and world > 1:
                     hint = say(lang, en="these are contiguous chunks of each document "
@@ -375,7 +375,7 @@ def check_tree_mask(fn: Callable[[list[int], int], tuple[Tensor, Tensor]], *,
             return fail(hint or problem, setting, lang)
         if mask.shape == want_mask.shape and mask.dtype != torch.bool:
             return fail(say(lang, en=f"the mask must be bool (True = may see), got "
-                            f"{mask.dtype}", zh=f"掩码必须是 bool（True 表示可以看见），"
+                            f"{mask.dtype}", zh=f"掩码必须是布尔张量（True 表示可以看见），"
                             f"得到的是 {mask.dtype}"), setting, lang)
         if mask.shape != want_mask.shape:
             return fail(say(lang, en=f"the mask must have shape [N, prefix + N] = "

@@ -60,7 +60,7 @@ LABELS = {
         "stepped": "{dtype}：每次重定基",
         "pristine": "{dtype}：原始副本",
         "rank": "rank",
-        "pairs": "因果的查询–键对的个数",
+        "pairs": "因果（查询，键）对个数",
         "contiguous": "连续切块",
         "head_tail": "首尾布局",
         "work_title": "每个 rank 的因果计算量，L = {length}，{world} 个 rank",
