@@ -40,6 +40,7 @@ from ._checks import (
     is_compiling,
 )
 from .rope_angles import cos_sin_unchecked
+from .rope_config import rotary_kwargs_from_hf_config
 from .rope_layout import check_positions_for, check_qk, check_seq_dim, fit
 from .rope_tables import TABLE_MAX as TABLE_MAX  # re-exported: posenc.rope.TABLE_MAX
 from .rope_tables import RotaryTables, Tables
@@ -663,7 +664,5 @@ class RotaryEmbedding(RotaryTables):
         embedding bit for bit, long positions included (where transformers' angles drift by up
         to ``position * 3e-8`` rad). ``exact_angles=True``: angles reduced mod ``2 pi``, scores
         that depend on the offset alone (see the class doc)."""
-        from .hf import rotary_kwargs_from_hf_config
-
         kwargs = rotary_kwargs_from_hf_config(config, layer_type=layer_type, interleaved=interleaved)
         return cls(**kwargs, exact_angles=_check_bool("exact_angles", exact_angles))

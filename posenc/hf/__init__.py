@@ -2,9 +2,10 @@
 
 Two layers live here, and the package keeps them apart:
 
-* the **config reader** (``posenc.hf.config``, an encoding like ``posenc.rope``):
-  :func:`rotary_kwargs_from_hf_config` finds a model's RoPE numbers in its config, for
-  ``RotaryEmbedding.from_hf_config``. It never imports transformers;
+* the **config reader** (:mod:`posenc.rope_config`, an encoding beside ``posenc.rope``,
+  re-exported here and as ``posenc.hf.config``): :func:`rotary_kwargs_from_hf_config` finds a
+  model's RoPE numbers in its config, for ``RotaryEmbedding.from_hf_config``. It never imports
+  transformers;
 * the **adapter** (:mod:`posenc.hf.adapter`, above attention: it calls ``posenc.attend``):
   :func:`register` makes ``attn_implementation="posenc"`` a transformers attention, and
   :func:`use` puts it into a loaded model, keeping the model's RoPE or swapping in ALiBi, T5,
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .config import INTERLEAVED_MODEL_TYPES, rotary_kwargs_from_hf_config
+from ..rope_config import INTERLEAVED_MODEL_TYPES, rotary_kwargs_from_hf_config
 
 if TYPE_CHECKING:  # for the type checkers only: at run time __getattr__ loads them
     from .adapter import register, use
@@ -27,9 +28,7 @@ __all__ = ["INTERLEAVED_MODEL_TYPES", "register", "rotary_kwargs_from_hf_config"
 
 
 def __getattr__(name: str) -> Any:
-    """``register`` and ``use`` from :mod:`posenc.hf.adapter`, imported on first access (the
-    adapter imports ``posenc.attention``, which imports ``posenc.rope``, which imports this
-    package's config reader: loading it eagerly would run the imports in a circle)."""
+    """``register`` and ``use`` from :mod:`posenc.hf.adapter`, imported on first access."""
     if name in _ADAPTER:
         from . import adapter
 

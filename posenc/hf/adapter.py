@@ -51,8 +51,8 @@ from torch import Tensor, nn
 from .._checks import is_compiling
 from ..attention import BACKENDS, attend
 from ..positions import cu_seqlens, packed_positions
+from ..rope_config import rotary_kwargs_from_hf_config
 from ..schemes import SCHEMES, PositionScheme, RoPE, _a_class, make_scheme
-from .config import rotary_kwargs_from_hf_config
 
 SWAPS = ("alibi", "t5", "nope", "rope")
 """The scheme names :func:`~posenc.hf.use` accepts besides ``None`` (keep the model's own RoPE)."""
