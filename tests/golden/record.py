@@ -1,0 +1,70 @@
+"""Record the golden battery (tests/golden/cases.py) into tests/golden/golden.pt.
+
+    PYTHONPATH=$PWD python tests/golden/record.py           # write the fixture
+    PYTHONPATH=$PWD python tests/golden/record.py --check   # compare with it, list differences
+
+Re-recording is allowed only for an intended, listed change (for example a unified error
+message), named in the commit that re-records; see tests/test_golden.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+from cases import CASES, run  # noqa: E402
+
+FIXTURE = HERE / "golden.pt"
+
+
+def record() -> dict[str, dict[str, object]]:
+    torch.set_num_threads(1)
+    return {name: run(fn) for name, fn in CASES.items()}
+
+
+def differences(want: dict, got: dict) -> list[str]:
+    """The names of the cases whose results differ (``case: key``, or the whole case)."""
+    out = []
+    for name in sorted(set(want) | set(got)):
+        a, b = want.get(name), got.get(name)
+        if a is None or b is None:
+            out.append(f"{name}: {'new case' if a is None else 'missing'}")
+            continue
+        for key in sorted(set(a) | set(b)):
+            x, y = a.get(key, "<absent>"), b.get(key, "<absent>")
+            if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+                same = x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+            else:
+                same = type(x) is type(y) and x == y
+            if not same:
+                out.append(f"{name}: {key}: {_short(x)} != {_short(y)}")
+    return out
+
+
+def _short(x: object) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"tensor{tuple(x.shape)} {x.dtype}"
+    return repr(x)[:300]
+
+
+if __name__ == "__main__":
+    t = time.perf_counter()
+    results = record()
+    if "--check" in sys.argv:
+        diff = differences(torch.load(FIXTURE), results)
+        print("\n".join(diff) or "no differences")
+        sys.exit(1 if diff else 0)
+    for r in results.values():
+        for key, value in r.items():
+            if isinstance(value, torch.Tensor):
+                r[key] = value.detach().clone().contiguous()
+    torch.save(results, FIXTURE)
+    print(f"{len(results)} cases, {FIXTURE.stat().st_size / 1e6:.2f} MB, "
+          f"{time.perf_counter() - t:.1f} s")
