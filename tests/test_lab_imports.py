@@ -1,4 +1,5 @@
-"""The lab's modules import one way: no import cycle, and each imports alone in a fresh interpreter.
+"""The lab's modules import one way: no import cycle, and each imports alone in a fresh interpreter;
+and each stays within the lab's budget of 600 lines (DESIGN.md), split by concern past it.
 
 train.py, long_context.py and evaluate.py once imported each other (train <-> long_context <->
 evaluate); what they share now lives in posenc/lab/config.py and cache.py. The graph below counts
@@ -9,6 +10,7 @@ a lazy import is still a cycle, only hidden.
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -93,9 +95,55 @@ def test_the_cycle_check_finds_a_cycle():
 
 @pytest.mark.parametrize("name", ["posenc.lab.cache", "posenc.lab.config", "posenc.lab.train",
                                   "posenc.lab.evaluate", "posenc.lab.long_context",
-                                  "posenc.lab.experiment"])
+                                  "posenc.lab.experiment", "posenc.lab.explore",
+                                  "posenc.lab.serving"])
 def test_each_module_imports_alone(name):
     # a fresh interpreter, this module first: what a cycle breaks is the import order
     done = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+LINE_BUDGET = 600  # DESIGN.md: posenc/lab/ modules at most 600 lines
+
+
+def _over_budget(sources: dict[str, str], budget: int = LINE_BUDGET) -> list[str]:
+    """``"module (N lines)"`` for each module of ``sources`` (name -> text) longer than ``budget``."""
+    lengths = {name: len(text.splitlines()) for name, text in sources.items()}
+    return [f"{name} ({n} lines)" for name, n in sorted(lengths.items()) if n > budget]
+
+
+def test_no_lab_module_over_the_line_budget():
+    over = _over_budget({name: path.read_text(encoding="utf-8") for name, path in MODULES.items()})
+    assert not over, (f"posenc/lab modules over {LINE_BUDGET} lines; split them by concern "
+                      f"(re-export the public names where they were): {', '.join(over)}")
+
+
+def test_the_budget_check_names_a_long_module():
+    assert _over_budget({"posenc.lab.a": "x\n" * 601, "posenc.lab.b": "x\n" * 600}) == [
+        "posenc.lab.a (601 lines)"]
+
+
+# the split of issue 33: explore.py and serving.py re-export what their concern modules define
+REEXPORTED = {
+    "posenc.lab.explore": ["Frame", "Explorable", "explorable", "heatmap", "frame_data",
+                           "power_label", "plotlyjs_url", "plotlyjs_version", "plotlyjs_file",
+                           "PLOTLYJS_ENV", "setup", "dedupe_scripts", "speculative_tree",
+                           "tree_value", "FONT", "COLORS"],
+    "posenc.lab.serving": ["PagedKVCache", "paged_attend", "shift_rotated_keys",
+                           "kvcache_step_reference", "partial_attention", "merge_partials",
+                           "attend_sharded", "ShardedAttention", "rebase_cache",
+                           "tree_positions_and_mask", "LAYOUT"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(REEXPORTED))
+def test_split_modules_keep_their_public_names(name):
+    module = importlib.import_module(name)
+    missing = [n for n in REEXPORTED[name] if not hasattr(module, n)]
+    assert not missing, f"{name} no longer exports {missing}"
+    for n in REEXPORTED[name]:
+        obj = getattr(module, n)
+        home = getattr(obj, "__module__", None)
+        if home and home != name and home.startswith("posenc.lab."):  # the same object
+            assert getattr(importlib.import_module(home), n) is obj
