@@ -16,6 +16,7 @@ from .attention import MultiHeadAttention, attend, causal_block_mask, causal_mas
 from .axial import axial_rope_cos_sin
 from .cache import KVCache, LayerCaches, streaming_keep
 from .device import default_device
+from .explain import RopeIssue, RopeReport, explain
 from .learned import LearnedPositionalEmbedding
 from .mla import mla_rope
 from .mrope import mrope_cos_sin, mrope_position_ids
@@ -92,6 +93,8 @@ __version__: str = _version()
 __all__ = [
     "ROPE_TYPES",
     "SCHEMES",
+    "RopeIssue",
+    "RopeReport",
     "RopeWavelengths",
     "ALiBi",
     "KVCache",
@@ -125,6 +128,7 @@ __all__ = [
     "default_device",
     "document_ids_from_lengths",
     "document_ids_from_positions",
+    "explain",
     "make_scheme",
     "packed_positions",
     "positions_from_mask",

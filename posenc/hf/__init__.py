@@ -10,7 +10,10 @@ Two layers live here, and the package keeps them apart:
   :func:`register` makes ``attn_implementation="posenc"`` a transformers attention, and
   :func:`use` puts it into a loaded model, keeping the model's RoPE or swapping in ALiBi, T5,
   NoPE or posenc's RoPE. It is loaded on first use of either name, and imports transformers
-  only when called: ``import posenc`` (and ``import posenc.hf``) need torch alone.
+  only when called: ``import posenc`` (and ``import posenc.hf``) need torch alone;
+* :func:`extend_context` (:mod:`posenc.hf.extend`): a copy of a config whose RoPE reaches a
+  longer context the way transformers reads it (YaRN, Llama 3, linear, dynamic), keeping the
+  model's own scaling and every field under ``rope_parameters``.
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..rope_config import INTERLEAVED_MODEL_TYPES, rotary_kwargs_from_hf_config
+from .extend import extend_context
 
 if TYPE_CHECKING:  # for the type checkers only: at run time __getattr__ loads them
     from .adapter import register, use
 
 _ADAPTER = ("register", "use")
 
-__all__ = ["INTERLEAVED_MODEL_TYPES", "register", "rotary_kwargs_from_hf_config", "use"]
+__all__ = [
+    "INTERLEAVED_MODEL_TYPES", "extend_context", "register", "rotary_kwargs_from_hf_config", "use",
+]
 
 
 def __getattr__(name: str) -> Any:

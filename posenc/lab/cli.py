@@ -1,4 +1,5 @@
-"""Command line: ``python -m posenc extrapolate`` (train short, test long).
+"""Command line: ``python -m posenc extrapolate`` (train short, test long) and
+``python -m posenc explain CONFIG`` (a model's RoPE, pair by pair: ``posenc.explain``).
 
     python -m posenc extrapolate                      # the chapter's defaults
     python -m posenc extrapolate --schemes rope,alibi --steps 300 --out results.json
@@ -17,6 +18,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ..explain import explain
 from ..schemes import SCHEMES
 
 FULL_SEEDS = (0, 1, 2)
@@ -129,7 +131,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--plot", type=Path, default=None,
                    help="save a figure (PNG, PDF, SVG) here; needs matplotlib (pip install 'posenc[plot]')")
+    _explain_parser(sub)
     return parser
+
+
+def _explain_parser(sub) -> None:
+    e = sub.add_parser(
+        "explain",
+        help="explain a model's RoPE config pair by pair (posenc.explain)",
+        description=(
+            "Read a transformers config.json and print, for each rotary pair, its frequency, "
+            "wavelength, turns within the training length and what the scaling rule does to it, "
+            "with the attention factor, the lengths and every inconsistency found."
+        ),
+    )
+    e.add_argument("config", type=Path, help="a model's config.json")
+    e.add_argument("--context", type=lambda t: _int(t, 1), default=None,
+                   help="the length you want to run at (default: max_position_embeddings)")
+    e.add_argument("--plot", type=Path, default=None,
+                   help="save the wavelength figure here (PNG, PDF, SVG); needs matplotlib")
+    e.add_argument("--lang", choices=("en", "zh"), default="en", help="en (default) or zh")
+
+
+def explain_command(args: argparse.Namespace, prog: str = "python -m posenc") -> int:
+    """``python -m posenc explain``: print the report; errors in the config are one line, status 2."""
+    try:
+        report = explain(str(args.config), context=args.context)
+    except (ValueError, TypeError) as e:
+        print(f"{prog} explain: error: {e}", file=sys.stderr)
+        return 2
+    print(report.to_table(args.lang))
+    if args.plot is not None:
+        if not _has_matplotlib():
+            print(f"{prog} explain: error: --plot needs matplotlib (pip install 'posenc[plot]')",
+                  file=sys.stderr)
+            return 2
+        import matplotlib
+
+        matplotlib.use("Agg")
+        fig = report.plot(lang=args.lang)
+        fig.savefig(args.plot, bbox_inches="tight")
+        print(f"wrote {args.plot}")
+    return 0
 
 
 def _plot(ex, path: Path) -> None:
@@ -222,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "extrapolate":
         return extrapolate(args, parser.prog)
+    if args.command == "explain":
+        return explain_command(args, parser.prog)
     return 2  # pragma: no cover - argparse requires a command
 
 

@@ -1,0 +1,467 @@
+"""A model's RoPE explained: which pairs turn, what its scaling does, what it cannot reach.
+
+``explain(config)`` reads a transformers config (the object, its dict, a ``config.json`` path) or
+a ``RotaryEmbedding`` and returns a :class:`RopeReport`: per rotary pair its frequency, its
+wavelength in positions (``2*pi / theta_i``), the turns it completes within the training length,
+what the scaling rule does to it (kept, interpolated, ramped between the two, or rescaled, with
+the factor) and its values after scaling; the attention factor (YaRN's ``0.1 ln s + 1``,
+DeepSeek's mscale ratio, LongRoPE's) and Llama 4's query temperature where the config has it;
+the training and target lengths; partial rotary, DeepSeek's rope head dims, M-RoPE's sections,
+one report per layer type (Gemma 3's local and global bases); and every inconsistency found,
+each naming the field and the fix. Frequencies are ``posenc.rope_inv_freq``'s, which equal
+transformers' ``ROPE_INIT_FUNCTIONS``. transformers is never imported.
+
+Usage::
+
+    import posenc
+    report = posenc.explain("path/to/config.json", context=32768)
+    print(report)                       # a table, one row per rotary pair
+    report.plot(lang="zh")              # a labelled matplotlib figure
+    report.turns < 1                    # pairs that never complete a turn in training
+    report.attention_factor, report.issues
+
+    from posenc.rope_families import family
+    posenc.explain(family("llama3.1")["config"], context=8192)
+
+From the shell: ``python -m posenc explain config.json --context 32768 [--plot fig.png]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import explain_render
+from ._checks import check_int
+from .rope_config import _as_dict, rotary_kwargs_from_hf_config
+from .rope import RotaryEmbedding
+from .rope_scaling import ROPE_KEYS, rope_inv_freq
+from .temperature import llama4_attn_scale
+
+TREATMENTS = ("kept", "interpolated", "ramped", "rescaled")
+"""What a scaling rule does to a pair: ``kept`` (frequency unchanged), ``interpolated`` (divided
+by the full factor), ``ramped`` (YaRN / Llama 3: between the two), ``rescaled`` (its own factor:
+dynamic NTK's base change, LongRoPE's searched factors)."""
+_MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+_NEEDS_ORIGINAL = ("yarn", "llama3", "longrope")
+
+
+@dataclass(frozen=True)
+class RopeIssue:
+    """One inconsistency: the config ``field`` at fault, what is wrong, and the fix."""
+
+    field: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}. Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class RopeReport:
+    """What a RoPE config does, pair by pair (tensors are float32 ``[pairs]``, pair ``i`` rotating
+    at ``theta_i = base^(-2i / rotary_dim)`` before scaling).
+
+    ``training_length`` is the trained length (``original_max_position_embeddings``, else
+    ``max_position_embeddings``; for ``linear``, ``max_position_embeddings / factor``);
+    ``reach`` the length the scaling is built for (``factor * training_length``; ``None`` for
+    ``dynamic``, which follows the sequence); ``target_length`` the ``context`` asked for, else
+    ``max_position_embeddings``. ``scaled_*`` are the values at the target length.
+    """
+
+    model_type: str | None
+    rope_type: str
+    layer_type: str | None
+    head_dim: int
+    rotary_dim: int
+    partial_rotary_factor: float
+    base: float
+    interleaved: bool
+    factor: float | None
+    training_length: int | None
+    max_position_embeddings: int | None
+    reach: int | None
+    target_length: int | None
+    inv_freq: Tensor
+    scaled_inv_freq: Tensor
+    wavelength: Tensor
+    scaled_wavelength: Tensor
+    turns: Tensor | None
+    scaled_turns: Tensor | None
+    pair_factor: Tensor
+    treatment: tuple[str, ...]
+    attention_factor: float
+    temperature_tuning: tuple[float, float] | None = None
+    nope_query_scale: float | None = None
+    softmax_scale_factor: float | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    mrope_section: tuple[int, ...] | None = None
+    issues: tuple[RopeIssue, ...] = ()
+    layers: tuple[RopeReport, ...] = field(default=())
+
+    @property
+    def num_pairs(self) -> int:
+        """Rotary pairs: ``rotary_dim // 2``."""
+        return self.rotary_dim // 2
+
+    def counts(self) -> dict[str, int]:
+        """How many pairs get each treatment (keys: ``TREATMENTS``)."""
+        return {t: self.treatment.count(t) for t in TREATMENTS}
+
+    def to_table(self, lang: str = "en") -> str:
+        """The readable table ``str(report)`` prints, in ``lang`` (``"en"`` or ``"zh"``)."""
+        return explain_render.render_text(self, lang)
+
+    def __str__(self) -> str:
+        return self.to_table("en")
+
+    def plot(self, *, lang: str = "en", ax: Any = None) -> Any:
+        """A matplotlib figure: each pair's wavelength before and after scaling (log scale)
+        against the training and target lengths, coloured by treatment; labels in ``lang``.
+        Draws into ``ax`` when given; returns the figure."""
+        return explain_render.plot(self, lang=lang, ax=ax)
+
+
+def explain(config: Any, *, context: int | None = None) -> RopeReport:
+    """Explain a model's RoPE: a :class:`RopeReport` (see the module docstring).
+
+    ``config``: a transformers config object (anything with ``to_dict()``), its dict (a
+    ``config.json``, 4.x ``rope_scaling`` or 5.x ``rope_parameters`` form; a multimodal config's
+    ``text_config`` is read), a path to a ``config.json``, or a ``posenc.RotaryEmbedding``.
+    ``context``: the length you want to run at (positions); default the config's
+    ``max_position_embeddings``. Several layer types (Gemma 3) give one report per type: the
+    first (``full_attention`` where present) is returned, the others in ``report.layers``.
+    """
+    if context is not None:
+        context = check_int("context", context, minimum=1)
+    if isinstance(config, RotaryEmbedding):
+        return _from_module(config, context)
+    cfg = _read(config)
+    issues = _config_issues(cfg)
+    layer_params = _layer_params(cfg)
+    reports = [_explain_layer(cfg, lt, p, context, issues) for lt, p in layer_params]
+    first, rest = reports[0], tuple(reports[1:])
+    return replace(first, layers=rest)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _read(config: Any) -> dict[str, Any]:
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        if not os.path.isfile(path):
+            raise ValueError(f"config path {path!r} is not a file (give a config.json)")
+        with open(path, encoding="utf-8") as f:
+            try:
+                config = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"config file {path!r} is not valid JSON: {e}") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"config file {path!r} must hold a JSON object")
+    if not isinstance(config, Mapping) and not callable(getattr(config, "to_dict", None)):
+        raise TypeError(
+            "config must be a transformers config (with to_dict()), its dict, a config.json "
+            f"path or a posenc.RotaryEmbedding, got {type(config).__name__}"
+        )
+    cfg = _as_dict(config)
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping) and not _has_rope(cfg):
+        cfg = {**dict(text), "model_type": text.get("model_type", cfg.get("model_type"))}
+    return cfg
+
+
+def _has_rope(cfg: Mapping) -> bool:
+    return any(cfg.get(k) is not None for k in ("rope_parameters", "rope_scaling", "rope_theta"))
+
+
+def _layer_params(cfg: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
+    """``[(layer_type, rope dict)]``: one entry unless the config has per-layer-type RoPE."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(params, Mapping):
+        raise TypeError(f"config['rope_parameters'] must be a dict, got {type(params).__name__}")
+    if params and all(isinstance(v, Mapping) or v is None for v in params.values()):
+        order = sorted(params, key=lambda k: (k != "full_attention", k))
+        return [(k, dict(params[k])) for k in order if params[k] is not None]
+    if cfg.get("rope_local_base_freq") is not None:  # Gemma 3, transformers 4.x form
+        glob = {**dict(params), "rope_theta": cfg.get("rope_theta", 1_000_000.0)}
+        local = {"rope_type": "default", "rope_theta": cfg["rope_local_base_freq"]}
+        return [("full_attention", glob), ("sliding_attention", local)]
+    return [(None, dict(params))]
+
+
+def _rope_type(p: Mapping) -> str:
+    t = p.get("rope_type") or p.get("type") or "default"
+    return "default" if t == "mrope" else str(t)
+
+
+# ---------------------------------------------------------------------------- one layer type
+
+
+def _explain_layer(
+    cfg: dict[str, Any], layer_type: str | None, params: dict[str, Any], context: int | None,
+    config_issues: list[RopeIssue],
+) -> RopeReport:
+    mrope = params.get("mrope_section")
+    rope_type = _rope_type(params)
+    clean = {k: v for k, v in params.items() if k not in _MROPE_KEYS}
+    clean["rope_type"] = rope_type
+    clean.pop("type", None)
+    issues = list(config_issues) + _param_issues(cfg, clean, rope_type)
+    one = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "rope_scaling")}
+    one["rope_parameters"] = clean
+    if cfg.get("qk_rope_head_dim") is not None:  # DeepSeek: RoPE runs on the rope head dims
+        one["head_dim"] = cfg["qk_rope_head_dim"]
+    one.pop("rope_local_base_freq", None)
+    kw = rotary_kwargs_from_hf_config(one)
+    scaling = kw["scaling"] or {}
+    scaling = {**scaling, "partial_rotary_factor": kw["partial_rotary_factor"]}
+    factor = _factor(scaling, rope_type)
+    trained = _trained(cfg, scaling, rope_type, factor)
+    max_len = cfg.get("max_position_embeddings")
+    reach = _reach(rope_type, trained, factor, max_len)
+    target = context if context is not None else max(
+        [n for n in (max_len, reach, trained) if n is not None], default=None)
+    if context is not None and reach is not None and context > reach:
+        issues.append(RopeIssue(
+            "context", f"{context} positions are beyond what this scaling reaches ({reach})",
+            f"extend the config first, e.g. posenc.hf.extend_context(config, {context}), or "
+            f"stay within {reach} positions"))  # fmt: skip
+    plain, _ = rope_inv_freq(kw["head_dim"], base=kw["base"],
+                             scaling={"partial_rotary_factor": kw["partial_rotary_factor"]})
+    try:
+        scaled, attn = rope_inv_freq(kw["head_dim"], base=kw["base"], scaling=scaling,
+                                     seq_len=target)  # fmt: skip
+    except ValueError as e:  # a wrong factor list: reported, values unknown
+        if not any(i.field.startswith("rope_parameters['") for i in issues):
+            raise
+        del e
+        scaled, attn = torch.full_like(plain, math.nan), math.nan
+    pair_factor = plain / scaled
+    two_pi = 2 * math.pi
+    return RopeReport(
+        model_type=cfg.get("model_type"), rope_type=rope_type, layer_type=layer_type,
+        head_dim=kw["head_dim"], rotary_dim=2 * plain.numel(),
+        partial_rotary_factor=kw["partial_rotary_factor"], base=kw["base"],
+        interleaved=kw["interleaved"], factor=factor, training_length=trained,
+        max_position_embeddings=max_len, reach=reach, target_length=target,
+        inv_freq=plain, scaled_inv_freq=scaled, wavelength=two_pi / plain,
+        scaled_wavelength=two_pi / scaled,
+        turns=None if trained is None else trained * plain / two_pi,
+        scaled_turns=None if target is None else target * scaled / two_pi,
+        pair_factor=pair_factor, treatment=_treatments(pair_factor, rope_type, factor),
+        attention_factor=float(attn), **_temperature(cfg, target),
+        softmax_scale_factor=_deepseek_softmax(cfg, clean, factor),
+        qk_rope_head_dim=cfg.get("qk_rope_head_dim"), qk_nope_head_dim=cfg.get("qk_nope_head_dim"),
+        mrope_section=None if mrope is None else tuple(int(x) for x in mrope),
+        issues=tuple(issues),
+    )  # fmt: skip
+
+
+def _from_module(module: Any, context: int | None) -> RopeReport:
+    """A ``RotaryEmbedding``: its own head_dim, base, layout and scaling dict."""
+    cfg = {"head_dim": module.head_dim, "rope_theta": module.base,
+           "rope_parameters": dict(module.scaling),
+           "rope_interleave": module.interleaved}  # fmt: skip
+    params = cfg["rope_parameters"]
+    n = params.pop("max_position_embeddings", None) or params.get(
+        "original_max_position_embeddings")
+    if n is not None:  # the module's own length: its trained one when nothing else is given
+        cfg["max_position_embeddings"] = n
+    cfg["rope_parameters"].pop("rope_theta", None)
+    return explain(cfg, context=context)
+
+
+def _factor(scaling: Mapping, rope_type: str) -> float | None:
+    if rope_type == "default":
+        return None
+    f = scaling.get("factor")
+    if f is None and rope_type in ("yarn", "longrope"):
+        orig, top = scaling.get("original_max_position_embeddings"), scaling.get(
+            "max_position_embeddings")
+        return None if not orig or not top else top / orig
+    return None if f is None else float(f)
+
+
+def _trained(cfg: Mapping, scaling: Mapping, rope_type: str, factor: float | None) -> int | None:
+    orig = scaling.get("original_max_position_embeddings")
+    if rope_type in _NEEDS_ORIGINAL and orig:
+        return int(orig)
+    max_len = cfg.get("max_position_embeddings")
+    if max_len is None:
+        return None
+    if rope_type == "linear" and factor:
+        return int(round(max_len / factor))
+    return int(max_len)
+
+
+def _reach(rope_type: str, trained: int | None, factor: float | None, max_len: Any) -> int | None:
+    if rope_type == "dynamic" or trained is None:
+        return None
+    if rope_type in ("longrope", "llama3") and max_len:  # built for the config's window
+        return int(max_len)
+    if rope_type == "default" or factor is None:
+        return trained
+    return int(round(trained * factor))
+
+
+def _treatments(pair_factor: Tensor, rope_type: str, factor: float | None) -> tuple[str, ...]:
+    out = []
+    for r in pair_factor.tolist():
+        if not math.isfinite(r):
+            out.append("rescaled")
+        elif abs(r - 1.0) <= 1e-4:
+            out.append("kept")
+        elif factor is not None and abs(r - factor) <= 1e-4 * factor:
+            out.append("interpolated")
+        elif rope_type in ("yarn", "llama3"):
+            out.append("ramped")
+        else:
+            out.append("rescaled")
+    return tuple(out)
+
+
+def _deepseek_softmax(cfg: Mapping, p: Mapping, factor: float | None) -> float | None:
+    """DeepSeek V2/V3 multiply the softmax scale by ``mscale**2`` with ``mscale = 0.1 *
+    mscale_all_dim * ln(factor) + 1`` (transformers' DeepseekV3Attention), besides YaRN."""
+    m = p.get("mscale_all_dim")
+    if not str(cfg.get("model_type", "")).startswith("deepseek") or not m or not factor:
+        return None
+    mscale = 1.0 if factor <= 1 else 0.1 * float(m) * math.log(factor) + 1.0
+    return mscale * mscale
+
+
+def _temperature(cfg: Mapping, target: int | None) -> dict[str, Any]:
+    """Llama 4's attention temperature tuning (its NoPE layers' query scale)."""
+    if not cfg.get("attn_temperature_tuning"):
+        return {}
+    floor, scale = float(cfg.get("floor_scale", 8192.0)), float(cfg.get("attn_scale", 0.1))
+    q = None
+    if target is not None:
+        q = float(llama4_attn_scale(torch.tensor([target - 1]), floor_scale=floor,
+                                    attn_scale=scale)[0])  # fmt: skip
+    return {"temperature_tuning": (floor, scale), "nope_query_scale": q}
+
+
+# ---------------------------------------------------------------------------- inconsistencies
+
+
+def _config_issues(cfg: Mapping) -> list[RopeIssue]:
+    out = []
+    new, old = cfg.get("rope_parameters"), cfg.get("rope_scaling")
+    if new and old and new != old:
+        out.append(RopeIssue(
+            "rope_scaling", "the config has both rope_parameters and rope_scaling, and they "
+            "differ (transformers 5 reads rope_scaling first and replaces rope_parameters)",
+            "keep one: rope_parameters (transformers 5) or rope_scaling (4.x)"))  # fmt: skip
+    p = new or old or {}
+    top = cfg.get("rope_theta")
+    inner = p.get("rope_theta") if isinstance(p, Mapping) else None
+    if top is not None and inner is not None and float(top) != float(inner):
+        out.append(RopeIssue(
+            "rope_theta", f"rope_theta={top} and rope_parameters['rope_theta']={inner} differ "
+            "(transformers uses the one in rope_parameters)",
+            f"give one base: rope_parameters['rope_theta']={inner} or remove it"))  # fmt: skip
+    return out
+
+
+def _param_issues(cfg: Mapping, p: dict[str, Any], rope_type: str) -> list[RopeIssue]:
+    """transformers 5.24's RotaryEmbeddingConfigMixin._validate_<type>_rope_parameters rules."""
+    out: list[RopeIssue] = []
+    max_len = cfg.get("max_position_embeddings")
+    allowed = set(ROPE_KEYS.get(rope_type, ())) | {"rope_type", "rope_theta",
+                                                    "partial_rotary_factor"}
+    unknown = sorted(k for k in p if k not in allowed)
+    if unknown:
+        out.append(RopeIssue(
+            f"rope_parameters[{unknown[0]!r}]", f"keys {unknown} are not used by rope_type "
+            f"{rope_type!r} (transformers warns 'Unrecognized keys')",
+            "remove them, or use the rope_type they belong to"))  # fmt: skip
+        for k in unknown:
+            p.pop(k)
+    factor = p.get("factor")
+    if rope_type in ("linear", "dynamic", "yarn", "llama3") and (
+        not isinstance(factor, (int, float)) or factor < 1
+    ):
+        out.append(RopeIssue("rope_parameters['factor']", f"factor must be a number >= 1 for "
+                             f"rope_type {rope_type!r}, got {factor!r}",
+                             "set the ratio of the target length to the trained length"))
+    if rope_type in _NEEDS_ORIGINAL:
+        out += _original_issues(cfg, p, rope_type, max_len)
+    if rope_type == "llama3":
+        lo, hi = p.get("low_freq_factor"), p.get("high_freq_factor")
+        if lo is not None and hi is not None and hi <= lo:
+            out.append(RopeIssue("rope_parameters['high_freq_factor']",
+                                 f"high_freq_factor={hi} must exceed low_freq_factor={lo}",
+                                 "Llama 3.1 uses low_freq_factor=1.0, high_freq_factor=4.0"))
+    if rope_type == "yarn" and (p.get("beta_fast") or 32) < (p.get("beta_slow") or 1):
+        out.append(RopeIssue("rope_parameters['beta_fast']",
+                             "beta_fast must be greater than beta_slow",
+                             "YaRN's defaults are beta_fast=32, beta_slow=1"))
+    if rope_type == "longrope":
+        out += _longrope_issues(cfg, p)
+    return out
+
+
+def _original_issues(cfg: Mapping, p: dict, rope_type: str, max_len: Any) -> list[RopeIssue]:
+    out = []
+    orig = cfg.get("original_max_position_embeddings") or p.get(
+        "original_max_position_embeddings")
+    if orig is None:
+        out.append(RopeIssue(
+            "rope_parameters['original_max_position_embeddings']",
+            f"missing for rope_type {rope_type!r}: transformers fills it with "
+            f"max_position_embeddings={max_len}, so the trained length is taken to be the "
+            "extended one and the frequencies are computed for the wrong length",
+            "set it to the length the model was trained at"))  # fmt: skip
+        return out
+    factor = p.get("factor")
+    if rope_type == "yarn" and max_len and isinstance(factor, (int, float)):
+        implicit = max_len / orig
+        if implicit != factor and implicit != 1:
+            out.append(RopeIssue(
+                "max_position_embeddings",
+                f"rope_parameters['factor']={factor} does not match max_position_embeddings / "
+                f"original_max_position_embeddings = {max_len} / {orig} = {implicit:g} "
+                "(transformers warns and uses the explicit factor)",
+                f"set max_position_embeddings={int(factor * orig)} (factor x original), or "
+                f"factor={implicit:g}"))  # fmt: skip
+    if rope_type == "llama3" and max_len and orig >= max_len:
+        out.append(RopeIssue(
+            "rope_parameters['original_max_position_embeddings']",
+            f"original_max_position_embeddings={orig} must be less than "
+            f"max_position_embeddings={max_len} (transformers warns)",
+            f"set max_position_embeddings to the extended length, factor x {orig}"))
+    return out
+
+
+def _longrope_issues(cfg: Mapping, p: dict) -> list[RopeIssue]:
+    out = []
+    head = cfg.get("head_dim") or (cfg.get("hidden_size", 0) // max(
+        int(cfg.get("num_attention_heads") or 1), 1))
+    partial = p.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) or 1.0
+    n = int(head * partial) // 2
+    for key in ("short_factor", "long_factor"):
+        v = p.get(key)
+        if not isinstance(v, (list, tuple)):
+            out.append(RopeIssue(f"rope_parameters[{key!r}]", f"missing or not a list (got "
+                                 f"{type(v).__name__}); LongRoPE needs one factor per pair",
+                                 f"give {n} factors, one per rotary pair"))
+        elif len(v) != n:
+            out.append(RopeIssue(f"rope_parameters[{key!r}]", f"has {len(v)} factors, but "
+                                 f"rotary_dim // 2 = {n}", f"give exactly {n} factors"))
+    if p.get("factor") is None:
+        out.append(RopeIssue(
+            "rope_parameters['factor']", "missing: transformers derives it from "
+            "max_position_embeddings / original_max_position_embeddings and warns",
+            "set factor = max_position_embeddings / original_max_position_embeddings"))
+    return out
