@@ -13,7 +13,8 @@ transformers config object or a dict) whose ``rope_parameters`` reach ``length``
 * ``rope_theta`` and every other field under ``rope_parameters`` survive, per layer type where
   the model has several (only the layer types that carry a scaling are widened; with none, all);
 * refused with a ``ValueError`` naming the argument: a length below the trained one, an unknown
-  method or option, LongRoPE without its ``short_factor`` / ``long_factor``.
+  method or option, LongRoPE without new ``short_factor`` / ``long_factor`` options (its factors
+  are searched for one window: a Phi-3 config's own are not stretched to another).
 
 ``dynamic`` keeps ``max_position_embeddings`` at the trained length (transformers' dynamic rule
 reads it as the length it starts scaling from) and sets ``factor = length / trained``.
@@ -155,12 +156,11 @@ def _extend_one(
         raise ValueError(
             f"length must be >= the trained length {trained}{where}, got {length}"
         )
-    if use == "longrope" and not all(
-        (options.get(k) or p.get(k)) for k in ("short_factor", "long_factor")
-    ):
+    if use == "longrope" and not all(options.get(k) for k in ("short_factor", "long_factor")):
         raise ValueError(
-            "method 'longrope' needs short_factor and long_factor (one per rotary pair), "
-            "searched for the model; give them as options"
+            "method 'longrope' needs short_factor= and long_factor= options (one per rotary "
+            "pair), searched for the new length: LongRoPE's factors fit one window, so a "
+            "config's own factors are not reused for another"
         )
     out = dict(p)
     out.pop("type", None)
