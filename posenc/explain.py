@@ -40,8 +40,8 @@ from torch import Tensor
 
 from . import explain_render
 from ._checks import check_int
-from .rope_config import _as_dict, rotary_kwargs_from_hf_config
 from .rope import RotaryEmbedding
+from .rope_config import _as_dict, rotary_kwargs_from_hf_config
 from .rope_scaling import ROPE_KEYS, rope_inv_freq
 from .temperature import llama4_attn_scale
 

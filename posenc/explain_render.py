@@ -95,7 +95,8 @@ def _header(r: RopeReport, t: dict[str, str]) -> list[str]:
                          base=r.base, layout=t["interleaved" if r.interleaved else "half"]),
         t["lengths"].format(trained=_n(r.training_length, t), reach=_n(r.reach, t),
                             target=_n(r.target_length, t)),
-        t["factor"].format(factor=_n(r.factor, t), attn=r.attention_factor),
+        t["factor"].format(factor="-" if r.rope_type == "default" else _n(r.factor, t),
+                           attn=r.attention_factor),
     ]  # fmt: skip
     if r.temperature_tuning is not None and r.nope_query_scale is not None:
         floor, scale = r.temperature_tuning

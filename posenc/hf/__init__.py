@@ -11,7 +11,7 @@ Two layers live here, and the package keeps them apart:
   :func:`use` puts it into a loaded model, keeping the model's RoPE or swapping in ALiBi, T5,
   NoPE or posenc's RoPE. It is loaded on first use of either name, and imports transformers
   only when called: ``import posenc`` (and ``import posenc.hf``) need torch alone;
-* :func:`extend_context` (:mod:`posenc.hf.extend`): a copy of a config whose RoPE reaches a
+* :func:`~posenc.hf.extend.extend_context`: a copy of a config whose RoPE reaches a
   longer context the way transformers reads it (YaRN, Llama 3, linear, dynamic), keeping the
   model's own scaling and every field under ``rope_parameters``.
 """
