@@ -40,9 +40,10 @@ from torch import Tensor
 
 from . import explain_render
 from ._checks import check_int
+from .explain_issues import RopeIssue, config_issues, param_issues
 from .rope import RotaryEmbedding
 from .rope_config import _as_dict, rotary_kwargs_from_hf_config
-from .rope_scaling import ROPE_KEYS, rope_inv_freq
+from .rope_scaling import ROPE_TYPES, rope_inv_freq
 from .temperature import llama4_attn_scale
 
 TREATMENTS = ("kept", "interpolated", "ramped", "rescaled")
@@ -51,18 +52,7 @@ by the full factor), ``ramped`` (YaRN / Llama 3: between the two), ``rescaled`` 
 dynamic NTK's base change, LongRoPE's searched factors)."""
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 _NEEDS_ORIGINAL = ("yarn", "llama3", "longrope")
-
-
-@dataclass(frozen=True)
-class RopeIssue:
-    """One inconsistency: the config ``field`` at fault, what is wrong, and the fix."""
-
-    field: str
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}. Fix: {self.fix}"
+__all__ = ["TREATMENTS", "RopeIssue", "RopeReport", "explain"]
 
 
 @dataclass(frozen=True)
@@ -146,7 +136,7 @@ def explain(config: Any, *, context: int | None = None) -> RopeReport:
     if isinstance(config, RotaryEmbedding):
         return _from_module(config, context)
     cfg = _read(config)
-    issues = _config_issues(cfg)
+    issues = config_issues(cfg)
     layer_params = _layer_params(cfg)
     reports = [_explain_layer(cfg, lt, p, context, issues) for lt, p in layer_params]
     first, rest = reports[0], tuple(reports[1:])
@@ -213,10 +203,16 @@ def _explain_layer(
 ) -> RopeReport:
     mrope = params.get("mrope_section")
     rope_type = _rope_type(params)
+    if rope_type not in ROPE_TYPES or rope_type == "ntk":
+        where = "" if layer_type is None else f"[{layer_type!r}]"
+        raise ValueError(
+            f"config['rope_parameters']{where}['rope_type'] must be one of "
+            f"{[t for t in ROPE_TYPES if t != 'ntk']} (transformers' names), got {rope_type!r}"
+        )
     clean = {k: v for k, v in params.items() if k not in _MROPE_KEYS}
     clean["rope_type"] = rope_type
     clean.pop("type", None)
-    issues = list(config_issues) + _param_issues(cfg, clean, rope_type)
+    issues = list(config_issues) + param_issues(cfg, clean, rope_type)
     one = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "rope_scaling")}
     one["rope_parameters"] = clean
     if cfg.get("qk_rope_head_dim") is not None:  # DeepSeek: RoPE runs on the rope head dims
@@ -232,20 +228,19 @@ def _explain_layer(
     target = context if context is not None else max(
         [n for n in (max_len, reach, trained) if n is not None], default=None)
     if context is not None and reach is not None and context > reach:
+        what = "the training length (no scaling)" if rope_type == "default" else (
+            "what this scaling reaches")
         issues.append(RopeIssue(
-            "context", f"{context} positions are beyond what this scaling reaches ({reach})",
+            "context", f"{context} positions are beyond {what} ({reach})",
             f"extend the config first, e.g. posenc.hf.extend_context(config, {context}), or "
             f"stay within {reach} positions"))  # fmt: skip
     plain, _ = rope_inv_freq(kw["head_dim"], base=kw["base"],
                              scaling={"partial_rotary_factor": kw["partial_rotary_factor"]})
-    try:
+    if any(i.blocking for i in issues):  # reported; posenc computes no values for it
+        scaled, attn = torch.full_like(plain, math.nan), math.nan
+    else:
         scaled, attn = rope_inv_freq(kw["head_dim"], base=kw["base"], scaling=scaling,
                                      seq_len=target)  # fmt: skip
-    except ValueError as e:  # a wrong factor list: reported, values unknown
-        if not any(i.field.startswith("rope_parameters['") for i in issues):
-            raise
-        del e
-        scaled, attn = torch.full_like(plain, math.nan), math.nan
     pair_factor = plain / scaled
     two_pi = 2 * math.pi
     return RopeReport(
@@ -350,118 +345,3 @@ def _temperature(cfg: Mapping, target: int | None) -> dict[str, Any]:
         q = float(llama4_attn_scale(torch.tensor([target - 1]), floor_scale=floor,
                                     attn_scale=scale)[0])  # fmt: skip
     return {"temperature_tuning": (floor, scale), "nope_query_scale": q}
-
-
-# ---------------------------------------------------------------------------- inconsistencies
-
-
-def _config_issues(cfg: Mapping) -> list[RopeIssue]:
-    out = []
-    new, old = cfg.get("rope_parameters"), cfg.get("rope_scaling")
-    if new and old and new != old:
-        out.append(RopeIssue(
-            "rope_scaling", "the config has both rope_parameters and rope_scaling, and they "
-            "differ (transformers 5 reads rope_scaling first and replaces rope_parameters)",
-            "keep one: rope_parameters (transformers 5) or rope_scaling (4.x)"))  # fmt: skip
-    p = new or old or {}
-    top = cfg.get("rope_theta")
-    inner = p.get("rope_theta") if isinstance(p, Mapping) else None
-    if top is not None and inner is not None and float(top) != float(inner):
-        out.append(RopeIssue(
-            "rope_theta", f"rope_theta={top} and rope_parameters['rope_theta']={inner} differ "
-            "(transformers uses the one in rope_parameters)",
-            f"give one base: rope_parameters['rope_theta']={inner} or remove it"))  # fmt: skip
-    return out
-
-
-def _param_issues(cfg: Mapping, p: dict[str, Any], rope_type: str) -> list[RopeIssue]:
-    """transformers 5.24's RotaryEmbeddingConfigMixin._validate_<type>_rope_parameters rules."""
-    out: list[RopeIssue] = []
-    max_len = cfg.get("max_position_embeddings")
-    allowed = set(ROPE_KEYS.get(rope_type, ())) | {"rope_type", "rope_theta",
-                                                    "partial_rotary_factor"}
-    unknown = sorted(k for k in p if k not in allowed)
-    if unknown:
-        out.append(RopeIssue(
-            f"rope_parameters[{unknown[0]!r}]", f"keys {unknown} are not used by rope_type "
-            f"{rope_type!r} (transformers warns 'Unrecognized keys')",
-            "remove them, or use the rope_type they belong to"))  # fmt: skip
-        for k in unknown:
-            p.pop(k)
-    factor = p.get("factor")
-    if rope_type in ("linear", "dynamic", "yarn", "llama3") and (
-        not isinstance(factor, (int, float)) or factor < 1
-    ):
-        out.append(RopeIssue("rope_parameters['factor']", f"factor must be a number >= 1 for "
-                             f"rope_type {rope_type!r}, got {factor!r}",
-                             "set the ratio of the target length to the trained length"))
-    if rope_type in _NEEDS_ORIGINAL:
-        out += _original_issues(cfg, p, rope_type, max_len)
-    if rope_type == "llama3":
-        lo, hi = p.get("low_freq_factor"), p.get("high_freq_factor")
-        if lo is not None and hi is not None and hi <= lo:
-            out.append(RopeIssue("rope_parameters['high_freq_factor']",
-                                 f"high_freq_factor={hi} must exceed low_freq_factor={lo}",
-                                 "Llama 3.1 uses low_freq_factor=1.0, high_freq_factor=4.0"))
-    if rope_type == "yarn" and (p.get("beta_fast") or 32) < (p.get("beta_slow") or 1):
-        out.append(RopeIssue("rope_parameters['beta_fast']",
-                             "beta_fast must be greater than beta_slow",
-                             "YaRN's defaults are beta_fast=32, beta_slow=1"))
-    if rope_type == "longrope":
-        out += _longrope_issues(cfg, p)
-    return out
-
-
-def _original_issues(cfg: Mapping, p: dict, rope_type: str, max_len: Any) -> list[RopeIssue]:
-    out = []
-    orig = cfg.get("original_max_position_embeddings") or p.get(
-        "original_max_position_embeddings")
-    if orig is None:
-        out.append(RopeIssue(
-            "rope_parameters['original_max_position_embeddings']",
-            f"missing for rope_type {rope_type!r}: transformers fills it with "
-            f"max_position_embeddings={max_len}, so the trained length is taken to be the "
-            "extended one and the frequencies are computed for the wrong length",
-            "set it to the length the model was trained at"))  # fmt: skip
-        return out
-    factor = p.get("factor")
-    if rope_type == "yarn" and max_len and isinstance(factor, (int, float)):
-        implicit = max_len / orig
-        if implicit != factor and implicit != 1:
-            out.append(RopeIssue(
-                "max_position_embeddings",
-                f"rope_parameters['factor']={factor} does not match max_position_embeddings / "
-                f"original_max_position_embeddings = {max_len} / {orig} = {implicit:g} "
-                "(transformers warns and uses the explicit factor)",
-                f"set max_position_embeddings={int(factor * orig)} (factor x original), or "
-                f"factor={implicit:g}"))  # fmt: skip
-    if rope_type == "llama3" and max_len and orig >= max_len:
-        out.append(RopeIssue(
-            "rope_parameters['original_max_position_embeddings']",
-            f"original_max_position_embeddings={orig} must be less than "
-            f"max_position_embeddings={max_len} (transformers warns)",
-            f"set max_position_embeddings to the extended length, factor x {orig}"))
-    return out
-
-
-def _longrope_issues(cfg: Mapping, p: dict) -> list[RopeIssue]:
-    out = []
-    head = cfg.get("head_dim") or (cfg.get("hidden_size", 0) // max(
-        int(cfg.get("num_attention_heads") or 1), 1))
-    partial = p.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) or 1.0
-    n = int(head * partial) // 2
-    for key in ("short_factor", "long_factor"):
-        v = p.get(key)
-        if not isinstance(v, (list, tuple)):
-            out.append(RopeIssue(f"rope_parameters[{key!r}]", f"missing or not a list (got "
-                                 f"{type(v).__name__}); LongRoPE needs one factor per pair",
-                                 f"give {n} factors, one per rotary pair"))
-        elif len(v) != n:
-            out.append(RopeIssue(f"rope_parameters[{key!r}]", f"has {len(v)} factors, but "
-                                 f"rotary_dim // 2 = {n}", f"give exactly {n} factors"))
-    if p.get("factor") is None:
-        out.append(RopeIssue(
-            "rope_parameters['factor']", "missing: transformers derives it from "
-            "max_position_embeddings / original_max_position_embeddings and warns",
-            "set factor = max_position_embeddings / original_max_position_embeddings"))
-    return out

@@ -263,11 +263,26 @@ def test_each_inconsistency_names_its_field():
     assert all(not posenc.explain(c).issues for c in consistent)
 
 
+def test_missing_theta_and_unknown_type():
+    no_theta = {k: v for k, v in _TINY.items() if k != "rope_theta"}
+    r = posenc.explain(no_theta)
+    assert r.base == 10000.0 and [i.field for i in r.issues] == ["rope_theta"]
+    assert "default_theta" in r.issues[0].message
+    with pytest.raises(ValueError, match=r"\['rope_type'\] must be one of .*'proportional'"):
+        posenc.explain({**_TINY, "rope_parameters": {"rope_type": "proportional"}})
+    short = posenc.explain(_TINY, context=4096)
+    assert "training length (no scaling)" in short.issues[0].message
+
+
 def test_wrong_factor_list_is_reported_not_computed():
     cfg = {**_TINY, "rope_parameters": {**_TYPES["longrope"], "long_factor": [1.0] * 5}}
     r = posenc.explain(cfg, context=4096)
-    assert "rope_parameters['long_factor']" in [i.field for i in r.issues]
+    assert "rope_parameters['long_factor']" in [i.field for i in r.issues if i.blocking]
     assert torch.isnan(r.scaled_inv_freq).all()
+    beta = posenc.explain({**_TINY, "rope_parameters": {**_TYPES["yarn"], "beta_fast": 1.0,
+                                                        "beta_slow": 4.0}})  # fmt: skip
+    assert [i.blocking for i in beta.issues] == [True] and torch.isnan(beta.scaled_inv_freq).all()
+    assert not any(i.blocking for i in posenc.explain(_yarn(4.0, 2048, 256)).issues)
 
 
 # ---------------------------------------------------------------------------- output, CLI, input
