@@ -5,10 +5,11 @@ only when a figure is drawn."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the report's type for the checkers; explain imports this module
-    from .explain import RopeReport
+RopeReport = Any
+"""What these functions draw: a :class:`posenc.explain.RopeReport` (this module sits below
+``posenc.explain``, which imports it, so it names the type without importing it)."""
 
 LABELS: dict[str, dict[str, str]] = {
     "en": {

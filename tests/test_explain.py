@@ -210,6 +210,7 @@ def _yarn(factor, max_len, original):
 
 
 def _transformers_warns(cfg) -> bool:
+    transformers.utils.logging.warning_once.cache_clear()  # else a repeated warning is silent
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
     logger = logging.getLogger("transformers")

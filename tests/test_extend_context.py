@@ -22,6 +22,7 @@ class _Log:
     """Everything transformers logs at WARNING or above while the block runs."""
 
     def __enter__(self) -> io.StringIO:
+        transformers.utils.logging.warning_once.cache_clear()  # a repeated warning counts too
         self.buf = io.StringIO()
         self.handler = logging.StreamHandler(self.buf)
         self.handler.setLevel(logging.WARNING)
