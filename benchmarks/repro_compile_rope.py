@@ -11,8 +11,8 @@
      ``turn(x) = stack([-x1, x0])`` -- posenc's compiled form before issue 22 (no posenc code);
    * ``tables``: the same, but the full-width ``cos``/``sin`` are built with ``torch.stack``
      from one angle per pair (no posenc code) -- isolates torch's heuristic, below;
-   * ``posenc``: ``posenc.rope._rope_compiled`` as shipped: those tables, the channel swap as a
-     flip, and its analytic backward (the rotation by minus the angle) in an
+   * ``posenc``: ``posenc.rope_kernels._rope_compiled`` as shipped: those tables, the channel
+     swap as a flip, and its analytic backward (the rotation by minus the angle) in an
      ``autograd.Function`` that Dynamo traces into the graph.
 
    For each form: over how many elements Inductor's generated C++ evaluates ``sin``/``cos``
@@ -175,11 +175,11 @@ def _medians(runs, repeats: int) -> tuple[dict[str, float], dict[str, float]]:
 
 
 def layer(args) -> None:
-    import posenc.rope as rope
+    import posenc.rope_kernels as kernels
     from posenc import MultiHeadAttention
 
     if args.form == "textbook":  # the compiled rotation before issue 22
-        rope._rope_compiled = rope._rope_textbook
+        kernels._rope_compiled = kernels._rope_textbook
     D = H * DH
     torch.manual_seed(0)
     eager = MultiHeadAttention(D, H, scheme="rope")

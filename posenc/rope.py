@@ -14,18 +14,13 @@ Two channel layouts exist and the same weights give different results under them
 ``rope_permutation`` and ``convert_rope_weight`` move q/k projection weights between the two,
 as checkpoint converters do.
 
-Speed: the rotation is computed in float32 (float64 for float64 inputs) and written once in
-the input's dtype. Interleaved float32 multiplies channel pairs as complex numbers (Meta's form,
-one fused pass); otherwise one multiply and two ``addcmul`` on views of the pair halves. The
-backward of a rotation is the rotation by minus the angle (the map is orthogonal up to the
-scale ``cos^2 + sin^2``, and its transpose is the same map with ``-sin``), so a custom autograd
-function saves only ``cos``/``sin`` and reuses the forward kernel.
+This module checks arguments and holds the tables; the rotation itself (float32 math, the
+analytic backward, the form for ``torch.compile``) is in :mod:`posenc.rope_kernels`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -41,7 +36,12 @@ from ._checks import (
 )
 from .rope_angles import cos_sin_unchecked
 from .rope_config import rotary_kwargs_from_hf_config
-from .rope_layout import check_positions_for, check_qk, check_seq_dim, fit
+from .rope_kernels import _complex_rotate, _rope, _turn_every_two, _turn_half
+from .rope_kernels import _Rope as _Rope  # re-exported: tests and benchmarks import these here
+from .rope_kernels import _rope_compiled as _rope_compiled
+from .rope_kernels import _rope_textbook as _rope_textbook
+from .rope_kernels import _RopeCompiled as _RopeCompiled
+from .rope_layout import check_positions_for, check_qk, check_rope_args, check_seq_dim, fit
 from .rope_tables import TABLE_MAX as TABLE_MAX  # re-exported: posenc.rope.TABLE_MAX
 from .rope_tables import RotaryTables, Tables
 
@@ -98,9 +98,7 @@ def rope_cos_sin(
 
 def rotate_half(x: Tensor) -> Tensor:
     """``[x1, x2] -> [-x2, x1]`` on the last dim: the 90-degree turn of the half layout."""
-    _check_even_last_dim("x", x)
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
+    return _turn_half(_check_even_last_dim("x", x))
 
 
 def rotate_every_two(x: Tensor) -> Tensor:
@@ -109,210 +107,7 @@ def rotate_every_two(x: Tensor) -> Tensor:
     (The source article calls this ``rotate_half``; Hugging Face uses that name for the *half*
     layout above.)
     """
-    _check_even_last_dim("x", x)
-    x = x.unflatten(-1, (-1, 2))  # [..., d/2, 2]
-    return torch.stack([-x[..., 1], x[..., 0]], dim=-1).flatten(-2)
-
-
-def _check_rope_args(x: Tensor, cos: Tensor, sin: Tensor) -> int:
-    check_tensor("x", x, floating=True, min_dim=2)
-    check_tensor("cos", cos, floating=True, min_dim=2)
-    check_tensor("sin", sin, floating=True, min_dim=2)
-    if cos.shape != sin.shape:
-        raise ValueError(
-            f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
-    rotary_dim = cos.shape[-1]
-    if rotary_dim % 2 or rotary_dim > x.shape[-1]:
-        raise ValueError(
-            f"cos.shape[-1] (rotary_dim) must be even and <= x.shape[-1]={x.shape[-1]}, got {rotary_dim}"
-        )
-    if cos.shape[-2] != x.shape[-2]:
-        raise ValueError(
-            f"cos/sin cover {cos.shape[-2]} positions but x has seq length {x.shape[-2]} "
-            f"(x shape {tuple(x.shape)}, cos shape {tuple(cos.shape)})"
-        )
-    if cos.dim() > x.dim() or (
-        cos.dim() not in (2, x.dim()) and any(c != 1 for c in cos.shape[:-2])
-    ):
-        raise ValueError(
-            f"cos/sin must be [seq, rotary_dim], [1, ..., seq, rotary_dim] or have x's rank "
-            f"{x.dim()} (e.g. [B, 1, seq, rotary_dim] for x [B, H, seq, head_dim]), got shape "
-            f"{tuple(cos.shape)} for x {tuple(x.shape)}; a [B, seq, rotary_dim] table with B > 1 "
-            "is ambiguous (it would broadcast over the heads): add the head axis, cos[:, None]"
-        )
-    for c, n in zip(cos.shape[:-1], x.shape[x.dim() - cos.dim() : -1], strict=True):
-        if c not in (1, n):
-            raise ValueError(
-                f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x of shape "
-                f"{tuple(x.shape)} (each leading dim must be 1 or x's; the result has x's shape)"
-            )
-    if cos.device != x.device:
-        raise ValueError(f"cos/sin are on {cos.device} but x is on {x.device}")
-    return rotary_dim
-
-
-def _as_complex(t: Tensor) -> Tensor:
-    """``[..., d]`` real -> ``[..., d/2]`` complex view of the channel pairs (a copy if strides forbid)."""
-    try:
-        return torch.view_as_complex(t.unflatten(-1, (-1, 2)))
-    except RuntimeError:
-        return torch.view_as_complex(t.contiguous().unflatten(-1, (-1, 2)))
-
-
-def _complex_rotate(x: Tensor, cis: Tensor) -> Tensor:
-    """Interleaved float32/float64 ``x [..., L, d]`` times ``cis [..., L, d/2]``: one fused pass."""
-    return torch.view_as_real(_as_complex(x) * cis).flatten(-2)
-
-
-def _rotate_into(
-    out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None
-) -> None:
-    """``out = x * cos + turn(x) * sin`` (all channels rotate), math in float32/float64."""
-    cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-    if interleaved:
-        if cis is None:
-            cis = torch.complex(cos[..., 0::2].to(cdt), sin[..., 0::2].to(cdt))  # [..., L, rd/2]
-        if x.dtype == cdt:
-            try:  # out is fresh: a complex view fails only for an odd head_dim (partial rotary)
-                torch.mul(_as_complex(x), cis, out=torch.view_as_complex(out.unflatten(-1, (-1, 2))))
-                return
-            except RuntimeError:
-                pass
-        xf = x.to(cdt, copy=True)  # [..., L, rd] fp16/bf16 -> float32: Meta's form, in place
-        torch.view_as_complex(xf.unflatten(-1, (-1, 2))).mul_(cis)
-        out.copy_(xf)  # one rounding to x's dtype
-        return
-    cos, sin = cos.to(cdt), sin.to(cdt)
-    h = x.shape[-1] // 2
-    s = sin[..., :h]  # both halves share the angles
-    xa, xb, oa, ob = x[..., :h], x[..., h:], out[..., :h], out[..., h:]
-    if x.dtype == cdt:  # in place on the output: x cos, then -/+ the other half times sin
-        torch.mul(x, cos, out=out)
-        oa.addcmul_(xb, s, value=-1)  # xa cos - xb sin
-        ob.addcmul_(xa, s)  # xb cos + xa sin
-    else:  # fp16 / bf16: x cos in float32, one rounding when written to out
-        ya, yb = torch.mul(x, cos).chunk(2, dim=-1)  # [..., L, rd/2] float32 each
-        torch.addcmul(ya, xb, s, value=-1, out=oa)
-        torch.addcmul(yb, xa, s, out=ob)
-
-
-def _rope_forward(
-    x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None = None
-) -> Tensor:
-    rd = cos.shape[-1]
-    if interleaved and rd == x.shape[-1] and x.dtype in (torch.float32, torch.float64):
-        if cis is None:
-            cis = torch.complex(cos[..., 0::2].to(x.dtype), sin[..., 0::2].to(x.dtype))
-        return _complex_rotate(x, cis)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # [..., L, d]
-    if rd < x.shape[-1]:  # partial rotary: the rest passes through
-        out[..., rd:] = x[..., rd:]
-        _rotate_into(out[..., :rd], x[..., :rd], cos, sin, interleaved, cis)
-    else:
-        _rotate_into(out, x, cos, sin, interleaved, cis)
-    return out
-
-
-class _Rope(torch.autograd.Function):
-    """RoPE with an analytic backward: the gradient is the rotation by minus the angle."""
-
-    @staticmethod
-    def forward(
-        ctx: Any, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None
-    ) -> Tensor:
-        ctx.save_for_backward(cos, sin, cis)
-        ctx.interleaved = interleaved
-        return _rope_forward(x, cos, sin, interleaved, cis)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
-        cos, sin, cis = ctx.saved_tensors
-        back = None if cis is None else cis.conj()
-        return _Rope.apply(grad, cos, -sin, ctx.interleaved, back), None, None, None, None
-
-
-def _rope_textbook(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-    """``x cos + turn(x) sin`` with plain autograd: used when cos/sin need gradients."""
-    rd = cos.shape[-1]
-    cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xr = x[..., :rd].to(cdt)
-    turn = rotate_every_two(xr) if interleaved else rotate_half(xr)
-    y = (xr * cos.to(cdt) + turn * sin.to(cdt)).to(x.dtype)
-    return torch.cat([y, x[..., rd:]], dim=-1) if rd < x.shape[-1] else y
-
-
-def _rotate_tables(x: Tensor, cos: Tensor, sin_signed: Tensor, interleaved: bool) -> Tensor:
-    """``x cos + turn(x) sin_signed`` for ``x [..., L, rd]``, where ``turn`` swaps the two
-    channels of each pair (interleaved: ``(x0, x1) -> (x1, x0)``; half: the two halves) and
-    ``sin_signed`` carries the signs (``[-s0, s0, -s1, s1, ...]`` / ``[-s, s]``). Math in
-    float32 (float64 for float64 ``x``), the result in ``x``'s dtype. One pointwise expression,
-    so Inductor chooses the output's memory layout: a result built with ``torch.stack`` would be
-    fixed to the contiguous one, and the attention output then needs one more copy."""
-    cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xr = x.to(cdt)
-    if interleaved:
-        turn = xr.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
-    else:
-        turn = xr.roll(x.shape[-1] // 2, dims=-1)
-    return (xr * cos + turn * sin_signed).to(x.dtype)
-
-
-class _RopeCompiled(torch.autograd.Function):
-    """The rotation under ``torch.compile`` with its analytic backward (the same rotation by
-    minus the angle), which Dynamo traces into the graph. Derived by autograd instead, the
-    backward of the channel swap becomes a scatter into zeros that Inductor runs with a branch
-    per element."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, cos: Tensor, sin_signed: Tensor, interleaved: bool) -> Tensor:
-        ctx.save_for_backward(cos, sin_signed)
-        ctx.interleaved = interleaved
-        return _rotate_tables(x, cos, sin_signed, interleaved)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
-        cos, sin_signed = ctx.saved_tensors
-        return _rotate_tables(grad, cos, -sin_signed, ctx.interleaved), None, None, None
-
-
-def _rope_compiled(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-    """The rotation as written for ``torch.compile`` (issue 22; the cause and the numbers are
-    in ``benchmarks/repro_compile_rope.py``). The tables are rebuilt from one angle per pair
-    with ``torch.stack`` / ``torch.cat``, which Inductor lowers on CPU to a kernel that writes
-    them into a buffer once. Left as plain pointwise ops (``repeat_interleave``, ``cos``) they
-    are inlined into every consumer, and ``sin``/``cos`` are recomputed for every batch row and
-    head, forward and backward, in a scalar loop: Inductor's CPU heuristic keeps a reused
-    ``exp`` or ``log`` in a buffer, not ``sin``/``cos``."""
-    rd = cos.shape[-1]
-    cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-    if interleaved:
-        c, s = cos[..., 0::2].to(cdt), sin[..., 0::2].to(cdt)  # [..., L, rd/2]
-        full_cos = torch.stack([c, c], dim=-1).flatten(-2)  # [..., L, rd]: c0 c0 c1 c1 ...
-        sin_signed = torch.stack([-s, s], dim=-1).flatten(-2)  # -s0 s0 -s1 s1 ...
-    else:
-        c, s = cos[..., : rd // 2].to(cdt), sin[..., : rd // 2].to(cdt)
-        full_cos, sin_signed = torch.cat([c, c], dim=-1), torch.cat([-s, s], dim=-1)
-    y = _RopeCompiled.apply(x[..., :rd], full_cos, sin_signed, interleaved)
-    return torch.cat([y, x[..., rd:]], dim=-1) if rd < x.shape[-1] else y
-
-
-def _rope(
-    x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, cis: Tensor | None = None
-) -> Tensor:
-    """The rotation without checks: autograd function, textbook form, or no graph at all.
-    While compiling, :func:`_rope_compiled` (complex arithmetic has no code generation in
-    Inductor), or the textbook form when ``cos``/``sin`` need gradients."""
-    if is_compiling():
-        if cos.requires_grad or sin.requires_grad:  # tables that learn: every entry gets its grad
-            return _rope_textbook(x, cos, sin, interleaved)
-        return _rope_compiled(x, cos, sin, interleaved)
-    if torch.is_grad_enabled():
-        if cos.requires_grad or sin.requires_grad:
-            return _rope_textbook(x, cos, sin, interleaved)
-        if x.requires_grad:
-            return _Rope.apply(x, cos, sin, interleaved, cis)
-    return _rope_forward(x, cos, sin, interleaved, cis)
+    return _turn_every_two(_check_even_last_dim("x", x))
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = True) -> Tensor:
@@ -335,7 +130,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool = True)
     textbook form ``x * cos + turn(x) * sin`` channel by channel instead.
     """
     _check_bool("interleaved", interleaved)
-    _check_rope_args(x, cos, sin)
+    check_rope_args(x, cos, sin)
     return _rope(x, cos, sin, interleaved)
 
 

@@ -1,4 +1,5 @@
-"""Where the sequence is in ``RotaryEmbedding``'s queries and keys, and the checks that say so.
+"""Where the sequence is in ``RotaryEmbedding``'s queries and keys, and the checks that say so
+(also of ``apply_rope``'s tables against its ``x``).
 
 ``seq_dim=-2`` reads ``q``/``k`` as ``[..., H, L, head_dim]`` (PyTorch's SDPA, Hugging Face);
 ``seq_dim=-3`` as ``[..., L, H, head_dim]`` (torchtune, flash-attn, Meta's LLaMA code). The
@@ -103,3 +104,42 @@ def fit(t: Tensor, x: Tensor, seq_dim: int) -> Tensor:
         return t.unsqueeze(-2)
     return t[:, None] if t.dim() == 3 and x.dim() == 4 else t
 
+
+def check_rope_args(x: Tensor, cos: Tensor, sin: Tensor) -> int:
+    """``apply_rope``'s ``x [..., seq, head_dim]`` and its ``cos``/``sin`` tables: the rotary
+    width (``cos.shape[-1]``), else an error that names the shapes."""
+    check_tensor("x", x, floating=True, min_dim=2)
+    check_tensor("cos", cos, floating=True, min_dim=2)
+    check_tensor("sin", sin, floating=True, min_dim=2)
+    if cos.shape != sin.shape:
+        raise ValueError(
+            f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    rotary_dim = cos.shape[-1]
+    if rotary_dim % 2 or rotary_dim > x.shape[-1]:
+        raise ValueError(
+            f"cos.shape[-1] (rotary_dim) must be even and <= x.shape[-1]={x.shape[-1]}, got {rotary_dim}"
+        )
+    if cos.shape[-2] != x.shape[-2]:
+        raise ValueError(
+            f"cos/sin cover {cos.shape[-2]} positions but x has seq length {x.shape[-2]} "
+            f"(x shape {tuple(x.shape)}, cos shape {tuple(cos.shape)})"
+        )
+    if cos.dim() > x.dim() or (
+        cos.dim() not in (2, x.dim()) and any(c != 1 for c in cos.shape[:-2])
+    ):
+        raise ValueError(
+            f"cos/sin must be [seq, rotary_dim], [1, ..., seq, rotary_dim] or have x's rank "
+            f"{x.dim()} (e.g. [B, 1, seq, rotary_dim] for x [B, H, seq, head_dim]), got shape "
+            f"{tuple(cos.shape)} for x {tuple(x.shape)}; a [B, seq, rotary_dim] table with B > 1 "
+            "is ambiguous (it would broadcast over the heads): add the head axis, cos[:, None]"
+        )
+    for c, n in zip(cos.shape[:-1], x.shape[x.dim() - cos.dim() : -1], strict=True):
+        if c not in (1, n):
+            raise ValueError(
+                f"cos/sin of shape {tuple(cos.shape)} do not broadcast against x of shape "
+                f"{tuple(x.shape)} (each leading dim must be 1 or x's; the result has x's shape)"
+            )
+    if cos.device != x.device:
+        raise ValueError(f"cos/sin are on {cos.device} but x is on {x.device}")
+    return rotary_dim
