@@ -117,16 +117,17 @@ def test_import_posenc_does_not_import_transformers():
         "import sys, posenc, posenc.hf\n"
         "posenc.hf.register, posenc.hf.use  # the adapter loads, transformers still does not\n"
         "assert 'transformers' not in sys.modules, 'import posenc imported transformers'\n"
-        "assert 'posenc.hf.adapter' in sys.modules\n"
+        "assert 'posenc.hf.install' in sys.modules and 'posenc.hf.forward' in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_import_posenc_hf_alone_loads_no_adapter():
+def test_import_posenc_hf_imports_no_transformers():
+    # a fresh interpreter: posenc.hf loads its adapter eagerly, and still not transformers
     code = ("import sys, posenc.hf\n"
-            "assert 'posenc.hf.adapter' not in sys.modules\n"
-            "assert 'posenc.attention' in sys.modules  # posenc's own __init__ runs first\n")
+            "assert 'transformers' not in sys.modules, 'import posenc.hf imported transformers'\n"
+            "assert 'posenc.hf.forward' in sys.modules and 'posenc.hf.install' in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -149,20 +150,22 @@ def _library_imports(path: Path) -> set[str]:
 
 
 def test_the_adapter_sits_above_attention():
-    # no library module but posenc.hf's own face imports the adapter; the config reader (an
-    # encoding) imports nothing above it; transformers is imported inside functions only
+    # no library module outside posenc.hf imports the adapter; the config reader (an encoding,
+    # posenc.rope_config) imports nothing above it; transformers is imported inside functions
+    # only; what transformers calls (hf/forward.py) sits on posenc.attention
+    hf = ROOT / "posenc" / "hf"
     for path in sorted((ROOT / "posenc").glob("**/*.py")):
-        if "lab" in path.relative_to(ROOT).parts or path.name == "adapter.py":
+        if "lab" in path.relative_to(ROOT).parts or path.parent == hf:
             continue
-        imports = _library_imports(path)
-        if path.relative_to(ROOT).as_posix() != "posenc/hf/__init__.py":
-            assert "posenc.hf.adapter" not in imports, path
-    config_imports = _library_imports(ROOT / "posenc" / "hf" / "config.py")
-    assert not {"posenc.attention", "posenc.schemes", "posenc.hf.adapter"} & config_imports
-    adapter = ast.parse((ROOT / "posenc" / "hf" / "adapter.py").read_text(encoding="utf-8"))
-    top = [n for n in adapter.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert not any("transformers" in ast.unparse(n) for n in top)
-    assert "posenc.attention" in _library_imports(ROOT / "posenc" / "hf" / "adapter.py")
+        assert not {m for m in _library_imports(path) if m.startswith("posenc.hf")}, path
+    config_imports = _library_imports(ROOT / "posenc" / "rope_config.py")
+    assert not {m for m in config_imports if m.startswith(("posenc.attention", "posenc.schemes",
+                                                          "posenc.hf", "transformers"))}
+    for name in ("forward.py", "install.py", "adapter.py", "__init__.py"):
+        tree = ast.parse((hf / name).read_text(encoding="utf-8"))
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not any("transformers" in ast.unparse(n) for n in top), name
+    assert "posenc.attention" in _library_imports(hf / "forward.py")
 
 
 def test_the_config_reader_is_still_exported():
@@ -170,6 +173,16 @@ def test_the_config_reader_is_still_exported():
     from posenc.hf.config import rotary_kwargs_from_hf_config as same
 
     assert rotary_kwargs_from_hf_config is same and "gptj" in INTERLEAVED_MODEL_TYPES
+    import posenc.hf.adapter as adapter
+    import posenc.hf.config as config
+    import posenc.hf.forward as forward
+    import posenc.rope_config as rope_config
+
+    assert rope_config.rotary_kwargs_from_hf_config is same is config.rotary_kwargs_from_hf_config
+    assert INTERLEAVED_MODEL_TYPES is rope_config.INTERLEAVED_MODEL_TYPES is config.INTERLEAVED_MODEL_TYPES
+    assert adapter.use is posenc.hf.use and adapter.register is posenc.hf.register
+    assert adapter.attention_forward is forward.attention_forward
+    assert adapter.positions_mask is forward.positions_mask and adapter._fresh_rows is forward._fresh_rows
     assert {"register", "use", "rotary_kwargs_from_hf_config"} <= set(dir(posenc.hf))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         posenc.hf.nope  # noqa: B018
