@@ -116,6 +116,86 @@ def _check_ids(name: str, value: object) -> Tensor:
     return value
 
 
+def _check_grids(image_grid_thw: Tensor | None, m: int) -> Tensor:
+    """``image_grid_thw`` checked (``[num_images, 3]``, ``>= 1``, h and w divisible by ``m``);
+    an empty ``[0, 3]`` for None."""
+    if image_grid_thw is None:
+        return torch.zeros(0, 3, dtype=torch.long)
+    grids = _check_ids("image_grid_thw", image_grid_thw)
+    if grids.dim() != 2 or grids.shape[1] != 3:
+        raise ValueError(
+            f"image_grid_thw must have shape [num_images, 3] (t, h, w), got shape "
+            f"{tuple(grids.shape)}"
+        )
+    if grids.numel() and int(grids.min()) < 1:
+        raise ValueError(f"image_grid_thw must be >= 1, got {grids.tolist()}")
+    bad = (grids[:, 1] % m != 0) | (grids[:, 2] % m != 0)
+    if bool(bad.any()):
+        raise ValueError(
+            f"image_grid_thw heights and widths must be divisible by spatial_merge_size={m}, "
+            f"got {grids[bad].tolist()}"
+        )
+    return grids
+
+
+def _check_mask(attention_mask: Tensor | None, input_ids: Tensor) -> None:
+    if attention_mask is not None:
+        check_tensor("attention_mask", attention_mask)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, got "
+                f"{tuple(attention_mask.shape)}"
+            )
+
+
+def _row_pieces(
+    ids: list[int],
+    b: int,
+    grid_list: list[list[int]],
+    next_image: int,
+    m: int,
+    image_token_id: int,
+    vision_start_token_id: int,
+) -> tuple[list[Tensor], int]:
+    """One row's real tokens ``ids`` -> its ``[3, n]`` position pieces, run by run (text runs
+    ``t = h = w``, image runs by :func:`_image_piece`), and the index of the next image."""
+    pieces, pos, i = [], 0, 0
+    for is_image, run in itertools.groupby(ids, key=lambda t: t == image_token_id):
+        n = len(list(run))
+        if not is_image:
+            pieces.append(torch.arange(pos, pos + n).expand(3, n))  # [3, n]: t = h = w
+            pos, i = pos + n, i + n
+            continue
+        if i == 0 or ids[i - 1] != vision_start_token_id:
+            raise ValueError(
+                f"input_ids row {b}: the image tokens at {i} must follow "
+                f"vision_start_token_id={vision_start_token_id}"
+            )
+        if next_image >= len(grid_list):
+            raise ValueError(
+                f"input_ids hold more images than the {len(grid_list)} rows of image_grid_thw"
+            )
+        piece, step = _image_piece(grid_list[next_image], m, n, b, next_image)
+        pieces.append(piece + pos)  # [3, t*h*w]
+        pos, i, next_image = pos + step, i + n, next_image + 1
+    return pieces, next_image
+
+
+def _image_piece(grid: list[int], m: int, n: int, b: int, index: int) -> tuple[Tensor, int]:
+    """An image's ``(t, row, col)`` ids ``[3, t*h*w]`` from 0 (grid ``(t, h, w)`` merged by
+    ``m``), and how far the text after it moves on: ``max(h, w) / m``."""
+    t, h, w = grid
+    h, w = h // m, w // m
+    if n != t * h * w:
+        raise ValueError(
+            f"input_ids row {b}: image {index} has {n} image tokens but "
+            f"image_grid_thw row {grid} with spatial_merge_size={m} "
+            f"needs {t * h * w}"
+        )
+    tt, hh, ww = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
+    return torch.stack([tt, hh, ww]).reshape(3, -1), max(h, w)
+
+
 def mrope_position_ids(
     input_ids: Tensor,
     image_grid_thw: Tensor | None,
@@ -147,30 +227,8 @@ def mrope_position_ids(
             f"image_token_id and vision_start_token_id must differ, both are {image_token_id}"
         )
     m = check_int("spatial_merge_size", spatial_merge_size, minimum=1)
-    if image_grid_thw is None:
-        grids = torch.zeros(0, 3, dtype=torch.long)
-    else:
-        grids = _check_ids("image_grid_thw", image_grid_thw)
-        if grids.dim() != 2 or grids.shape[1] != 3:
-            raise ValueError(
-                f"image_grid_thw must have shape [num_images, 3] (t, h, w), got shape "
-                f"{tuple(grids.shape)}"
-            )
-        if grids.numel() and int(grids.min()) < 1:
-            raise ValueError(f"image_grid_thw must be >= 1, got {grids.tolist()}")
-        bad = (grids[:, 1] % m != 0) | (grids[:, 2] % m != 0)
-        if bool(bad.any()):
-            raise ValueError(
-                f"image_grid_thw heights and widths must be divisible by spatial_merge_size={m}, "
-                f"got {grids[bad].tolist()}"
-            )
-    if attention_mask is not None:
-        check_tensor("attention_mask", attention_mask)
-        if attention_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, got "
-                f"{tuple(attention_mask.shape)}"
-            )
+    grids = _check_grids(image_grid_thw, m)
+    _check_mask(attention_mask, input_ids)
 
     position_ids = torch.zeros(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)
     deltas = []
@@ -183,35 +241,9 @@ def mrope_position_ids(
             else attention_mask[b].bool()
         )
         ids = input_ids[b][keep].tolist()
-        pieces, pos, i = [], 0, 0
-        for is_image, run in itertools.groupby(ids, key=lambda t: t == image_token_id):
-            n = len(list(run))
-            if not is_image:
-                pieces.append(torch.arange(pos, pos + n).expand(3, n))  # [3, n]: t = h = w
-                pos, i = pos + n, i + n
-                continue
-            if i == 0 or ids[i - 1] != vision_start_token_id:
-                raise ValueError(
-                    f"input_ids row {b}: the image tokens at {i} must follow "
-                    f"vision_start_token_id={vision_start_token_id}"
-                )
-            if next_image >= len(grid_list):
-                raise ValueError(
-                    f"input_ids hold more images than the {len(grid_list)} rows of image_grid_thw"
-                )
-            t, h, w = grid_list[next_image]
-            h, w = h // m, w // m
-            if n != t * h * w:
-                raise ValueError(
-                    f"input_ids row {b}: image {next_image} has {n} image tokens but "
-                    f"image_grid_thw row {grid_list[next_image]} with spatial_merge_size={m} "
-                    f"needs {t * h * w}"
-                )
-            tt, hh, ww = torch.meshgrid(
-                torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"
-            )
-            pieces.append(torch.stack([tt, hh, ww]).reshape(3, -1) + pos)  # [3, t*h*w]
-            pos, i, next_image = pos + max(h, w), i + n, next_image + 1
+        pieces, next_image = _row_pieces(
+            ids, b, grid_list, next_image, m, image_token_id, vision_start_token_id
+        )
         if pieces:
             row = torch.cat(pieces, dim=1).to(input_ids.device, input_ids.dtype)  # [3, n_real]
             position_ids[:, b, keep] = row
