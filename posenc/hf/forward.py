@@ -133,8 +133,8 @@ def attention_forward(
     causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", True)))
     if rows.cu_seqlens is not None and softcap is None and sinks is None and opts.backend != "flex" and (
             rows.restart or (opts.scheme is None and (rows.contiguous or sliding_window is None))):
-        return _attend_packed(query, key, value, opts, rows, causal, sliding_window, scaling,
-                              float(dropout)), None
+        return _attend_packed(query, key, value, opts, rows, causal=causal, window=sliding_window,
+                              scale=scaling, dropout_p=float(dropout)), None
     if sliding_window is not None and rows.key_valid is not None and not is_compiling():
         _warn_on_holes(rows.key_valid, sliding_window)
     extra: dict[str, Any] = {}
@@ -168,17 +168,17 @@ def _warn_on_holes(key_valid: Tensor, window: int) -> None:
 
 
 def _attend_packed(
-    q: Tensor, k: Tensor, v: Tensor, opts: _Options, rows: _Rows, causal: bool,
-    window: int | None, scale: float | None, dropout_p: float,
+    q: Tensor, k: Tensor, v: Tensor, opts: _Options, rows: _Rows, **settings: Any
 ) -> Tensor:
     """Packed documents in flash-attn's ``[total, H, D]`` layout (every row's documents one
-    after another): ``q [B, H, L, D]`` -> ``[B, L, H, Dv]``, transformers' output layout."""
+    after another): ``q [B, H, L, D]`` -> ``[B, L, H, Dv]``, transformers' output layout.
+    ``settings``: ``attend_varlen``'s ``causal``, ``window``, ``scale`` and ``dropout_p``."""
     B, H, L, _ = q.shape
     qf, kf, vf = (t.transpose(1, 2).reshape(B * L, t.shape[1], t.shape[-1]) for t in (q, k, v))
     assert rows.cu_seqlens is not None
     out = varlen.attend_varlen(  # through the module: a patched attend_varlen runs
         qf, kf, vf, opts.scheme, cu_seqlens=rows.cu_seqlens, max_seqlen=rows.max_seqlen,
-        causal=causal, window=window, scale=scale, backend=opts.backend, dropout_p=dropout_p,
+        backend=opts.backend, **settings,
     )  # [B * L, H, Dv]
     return out.reshape(B, L, H, out.shape[-1])
 
