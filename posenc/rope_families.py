@@ -117,19 +117,23 @@ _FAMILIES: dict[str, dict[str, Any]] = {
         "agrees": ("max_position_embeddings",),
     },
     "gemma3": {
-        "name": "Gemma 3 4B",
-        "config": {"model_type": "gemma3_text", "head_dim": 256, "max_position_embeddings": 131072,
+        "name": "Gemma 3 12B",
+        "config": {"model_type": "gemma3_text", "hidden_size": 3840, "num_attention_heads": 16,
+                   "head_dim": 256, "max_position_embeddings": 131072,
                    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
                    "rope_scaling": {"rope_type": "linear", "factor": 8.0},
                    "sliding_window": 1024, "sliding_window_pattern": 6},
         "source": (
-            f"{_TF}/gemma3/configuration_gemma3.py Gemma3TextConfig (documented checkpoint "
-            "google/gemma-3-4b-it): head_dim 256, max_position_embeddings 131072, "
-            "default_theta global 1,000,000 / local 10,000, sliding_window_pattern 6; Gemma "
-            "Team 2025, 'Gemma 3 Technical Report', section 2 (global RoPE base 1M, local 10k, "
-            "local window 1024, positional interpolation by a factor of 8 on global layers), "
-            "as Gemma 3's published config.json writes it (rope_scaling linear factor 8.0, "
-            "quoted in public code)"
+            "google/gemma-3-12b-it config.json's text_config (the QAT q4_0-unquantized "
+            "release), as quoted in full in public code (an LTX-2 text-encoder loader): "
+            "head_dim 256, hidden_size 3840, 16 heads, max_position_embeddings 131072, "
+            "rope_theta 1000000, rope_local_base_freq 10000, rope_scaling linear factor 8.0, "
+            "sliding_window 1024, sliding_window_pattern 6; Gemma Team 2025, 'Gemma 3 Technical "
+            "Report' (global RoPE base 1M, local 10k, 1024-token local window, 128K context "
+            f"for 4B/12B/27B); {_TF}/gemma3/configuration_gemma3.py Gemma3TextConfig defaults "
+            "agree on head_dim, max_position_embeddings and default_theta (global 1M, local "
+            "10k). posenc.explain infers a linear-scaled model's trained length as "
+            "max_position_embeddings / factor = 16384: the config does not store it"
         ),
         "hf_class": "Gemma3TextConfig",
         "agrees": ("head_dim", "max_position_embeddings"),
