@@ -13,6 +13,8 @@ w ...`` -- so every axis gets fast and slow frequencies.
 
 ``mrope_cos_sin`` equals transformers 5.24's ``Qwen2VLRotaryEmbedding`` (and
 ``Qwen3VLTextRotaryEmbedding``); ``mrope_position_ids`` equals ``Qwen2VLModel.get_rope_index``.
+
+Layer: encodings (pure functions of positions; no attention).
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@ Two channel layouts exist and the same weights give different results under them
 ``rope_permutation`` and ``convert_rope_weight`` move q/k projection weights between the two,
 as checkpoint converters do.
 
-This module checks arguments and holds the tables; the rotation itself (float32 math, the
-analytic backward, the form for ``torch.compile``) is in :mod:`posenc.rope_kernels`.
+This module (the encodings layer) checks arguments and holds the tables; the rotation itself
+(float32 math, the analytic backward, the form for ``torch.compile``) is in
+``posenc.rope_kernels``, the config reader behind ``from_hf_config`` in
+``posenc.rope_config``.
 """
 
 from __future__ import annotations

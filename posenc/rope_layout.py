@@ -5,6 +5,8 @@
 ``seq_dim=-3`` as ``[..., L, H, head_dim]`` (torchtune, flash-attn, Meta's LLaMA code). The
 layout is named, never guessed: every shape error below says which dimension is the sequence
 and which argument changes it.
+
+Layer: encodings (a helper of :mod:`posenc.rope`).
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ keys arrive from it in token order, and the mask function tells which token each
 holds (``kv_offset``, ``kv_length``). With a swapped scheme the cache holds keys as projected
 (the model's rotary is the identity) and posenc rotates or biases them by their positions at
 every step.
+
+Layer: integrations. The code is in ``posenc.hf.forward`` (what transformers calls at
+every step) and ``posenc.hf.install`` (``register``, ``use``, the rotary swap); this
+module re-exports their names, the same objects.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Compatibility: the config reader lives in :mod:`posenc.rope_config` (the encodings layer).
+"""The integrations layer's old name for the config reader, kept for compatibility: it lives
+in :mod:`posenc.rope_config` (the encodings layer).
 
 ``posenc.hf.config.rotary_kwargs_from_hf_config`` and ``posenc.hf.config.INTERLEAVED_MODEL_TYPES``
 are the same objects as there.
