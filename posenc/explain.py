@@ -65,6 +65,19 @@ class RopeReport:
     ``reach`` the length the scaling is built for (``factor * training_length``; ``None`` for
     ``dynamic``, which follows the sequence); ``target_length`` the ``context`` asked for, else
     ``max_position_embeddings``. ``scaled_*`` are the values at the target length.
+
+    Per pair (``[num_pairs]``): ``inv_freq`` (theta_i before scaling), ``wavelength``
+    (``2*pi / theta_i`` positions), ``turns`` (full turns within ``training_length``; ``< 1``:
+    the pair never completed a turn in training), ``scaled_inv_freq`` / ``scaled_wavelength`` /
+    ``scaled_turns`` (after scaling, turns within ``target_length``), ``pair_factor``
+    (``inv_freq / scaled_inv_freq``: 1 kept, ``factor`` interpolated) and ``treatment`` (one of
+    ``TREATMENTS``). Scalars: ``attention_factor`` (multiplies cos and sin: YaRN's
+    ``0.1 ln s + 1``, DeepSeek's mscale ratio, LongRoPE's), ``softmax_scale_factor``
+    (DeepSeek: the softmax scale times ``mscale**2``), ``temperature_tuning`` /
+    ``nope_query_scale`` (Llama 4's ``(floor_scale, attn_scale)`` and its NoPE query scale at
+    the target's last position), ``qk_rope_head_dim`` / ``qk_nope_head_dim`` (DeepSeek's MLA),
+    ``mrope_section`` (M-RoPE's temporal / height / width pairs), ``issues`` (each a
+    ``RopeIssue``), ``layers`` (the reports of the other layer types).
     """
 
     model_type: str | None

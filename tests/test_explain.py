@@ -347,3 +347,28 @@ def test_cli_plot_and_language(tmp_path, capsys):
 def test_bad_input(config, context, error, match):
     with pytest.raises(error, match=match):
         posenc.explain(config, context=context)
+
+
+def test_labels_have_the_same_keys_and_fields_in_both_languages():
+    import string
+
+    from posenc.explain_render import LABELS
+
+    def fields(text: str) -> list[str]:
+        return sorted(f for _, f, _, _ in string.Formatter().parse(text) if f is not None)
+
+    assert LABELS["en"].keys() == LABELS["zh"].keys()
+    assert all(fields(LABELS["en"][k]) == fields(LABELS["zh"][k]) for k in LABELS["en"])
+
+
+def test_multimodal_configs_read_their_text_config():
+    vl = posenc.explain(transformers.Qwen2VLConfig(
+        text_config={"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}))
+    assert vl.mrope_section == (16, 24, 24) and vl.base == 1e6
+    gemma = posenc.explain(transformers.Gemma3Config())
+    assert [gemma.layer_type, gemma.layers[0].layer_type] == ["full_attention",
+                                                              "sliding_attention"]
+    llama4 = posenc.explain(transformers.Llama4Config(), context=65536)
+    assert llama4.temperature_tuning == (8192.0, 0.1) and llama4.interleaved
+    assert llama4.nope_query_scale == pytest.approx(
+        posenc.llama4_attn_scale(torch.tensor([65535])).item())
