@@ -271,3 +271,25 @@ def test_recipes_code_in_step():
         source = zh_sync.text(a).replace('LANG = "en"', 'LANG = "zh"')
         assert zh_sync.text(b) == source, f"recipes code cell {a.get('id')} differs between editions"
     assert _structure(zh) == _structure(en)
+
+
+def test_your_model_page_in_step():
+    """"Your model's positions" is a reference page, not a chapter (zh_sync leaves it alone):
+    the same cells and code but for ``LANG``, the same structure, Chinese prose spaced from
+    Latin text, Chinese captions, listed in both tables of contents."""
+    en, zh = _load(BOOK / "your_model.ipynb"), _load(ZH / "your_model.ipynb")
+    assert [c.get("id") for c in zh["cells"]] == [c.get("id") for c in en["cells"]]
+    for a, b in zip(_cells(en, "code"), _cells(zh, "code"), strict=True):
+        source = zh_sync.text(a).replace('LANG = "en"', 'LANG = "zh"')
+        assert zh_sync.text(b) == source, f"code cell {a.get('id')} differs between editions"
+        assert b["metadata"].get("tags") == a["metadata"].get("tags")
+    assert _structure(zh) == _structure(en)
+    unspaced = UNSPACED.findall(TERM_LINK.sub(r"\1", _markdown(zh)))
+    assert not unspaced, f"no space between Chinese and Latin text: {unspaced}"
+    assert CJK.search(zh_sync.text(_cells(zh, "markdown")[0]).splitlines()[0])
+    for cell in _cells(zh, "code"):
+        caption, alt = zh_sync.figure_text(cell)
+        if caption or alt:
+            assert CJK.search(caption) and CJK.search(alt), f"figure {cell['id']}: Chinese text"
+    assert "book/your_model" in _toc_files(ROOT / "_toc.yml")
+    assert "your_model" in _toc_files(ZH / "_toc.yml")

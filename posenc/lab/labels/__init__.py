@@ -8,7 +8,8 @@ draws comes from the chapter's table, chosen by ``LANG``::
     text = labels("ch01", LANG)   # or labels(1, LANG)
     ax.set_xlabel(text["key_n"])
 
-Each chapter's table is a module ``posenc.lab.labels.chNN`` holding ``LABELS = {"en": {...},
+Each chapter's table is a module ``posenc.lab.labels.chNN`` (a reference page's is named after
+the page: ``your_model``) holding ``LABELS = {"en": {...},
 "zh": {...}}``; both languages have the same keys (values are strings, or dicts of strings, e.g.
 tick labels per word), and the same ``{placeholders}`` in each string.
 """
@@ -42,8 +43,9 @@ def _chapter_name(chapter: str | int) -> str:
         raise TypeError(f"chapter must be an int or a str like 'ch01', got {chapter!r}")
     if isinstance(chapter, int):
         return f"ch{chapter:02d}"
-    if not re.fullmatch(r"ch\d\d", chapter):
-        raise ValueError(f"chapter must look like 'ch01' (or be an int), got {chapter!r}")
+    if not re.fullmatch(r"ch\d\d|[a-z][a-z0-9]*(?:_[a-z0-9]+)*", chapter):
+        raise ValueError(f"chapter must look like 'ch01' (or be an int), or name a reference "
+                         f"page like 'your_model', got {chapter!r}")
     return chapter
 
 
