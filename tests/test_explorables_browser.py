@@ -4,8 +4,9 @@ Headless chromium (Debian's ``chromium``, driven by Playwright with ``executable
 ``playwright install``) opens every page of ``_build/html`` whose notebook holds an explorable
 (``posenc.lab.explore``), in English and in Chinese, on a desktop and on a phone (touch), and
 
-- operates every control (it taps each step of the slider, or picks each entry of the menu) and
-  reads the plotted data back from the page's Plotly graph div (``gd.data``): after each step
+- operates every control (it taps each step of the slider; for a menu whose entries bring their
+  own sliders, ``posenc.lab.explore_menu``, it picks each entry and taps each step of its slider)
+  and reads the plotted data back from the page's Plotly graph div (``gd.data``): after each step
   the changing traces hold the values that posenc computes for that setting, computed here from
   posenc's public functions (:data:`EXPECTED`), not copied from the notebook;
 - checks that the page logs no script error (uncaught exceptions, console errors);
@@ -35,6 +36,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -201,7 +203,25 @@ def _ch11_tree(value: float | str, x: list[list[float]]) -> list[torch.Tensor]:
     return [z]
 
 
-EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = {
+def _your_model_pairs(value: tuple[str, int], x: list[list[float]]) -> list[torch.Tensor]:
+    """"Your model's positions": for the family picked in the menu and the target context set
+    on its slider, each pair's wavelength as trained and after the model's scaling, then the
+    training length and the target as two flat lines over the pairs (posenc.explain)."""
+    from posenc.rope_families import family
+
+    key, target = value
+    report = posenc.explain(family(key)["config"], context=int(target))
+    pairs = torch.arange(report.num_pairs, dtype=torch.float64)
+    ends = torch.tensor([0.0, report.num_pairs - 1.0], dtype=torch.float64)
+    for xs, want in zip(x, (pairs, pairs, ends, ends), strict=True):
+        assert torch.equal(torch.tensor(xs, dtype=torch.float64), want)
+    flat = [float(report.training_length), float(target)]
+    return [report.wavelength.double(), report.scaled_wavelength.double(),
+            torch.tensor(flat[:1] * 2, dtype=torch.float64),
+            torch.tensor(flat[1:] * 2, dtype=torch.float64)]
+
+
+EXPECTED: dict[str, Callable[[Any, list[list[float]]], list[torch.Tensor]]] = {
     "ch03-offset": _ch03_offset,
     "ch04-decay": _ch04_decay,
     "ch05-slopes": _ch05_slopes,
@@ -210,6 +230,7 @@ EXPECTED: dict[str, Callable[[float, list[list[float]]], list[torch.Tensor]]] = 
     "ch10-visibility": _ch10_visibility,
     "ch11-tree": _ch11_tree,
     "mrope-ids": _mrope_ids,  # chapter 9 (its static figure is fig-mrope-ids)
+    "your-model-pairs": _your_model_pairs,  # a menu of families, a slider per family
 }
 
 
@@ -219,7 +240,7 @@ def _notebooks() -> list[Path]:
     return sorted(p for p in [*ROOT.glob("book/*.ipynb"), *ROOT.glob("book/zh/*.ipynb")]
                   if any(call in p.read_text(encoding="utf-8")
                          for call in ("explore.explorable(", "explore.heatmap(",
-                                      "explore.speculative_tree(")))
+                                      "explore.speculative_tree(", "menu_slider(")))
 
 
 def _page(notebook: Path) -> Path:
@@ -382,37 +403,91 @@ def test_explorables(server: str, browser, page_name: str, device: str) -> None:
             name = meta["name"]
             assert name in EXPECTED, f"no expected values for explorable {name!r}: add to EXPECTED"
             assert graph["width"] <= graph["viewport"], f"{name} is wider than the screen"
-            assert meta["control"] == "slider" and graph["sliders"] == 1, "menus: not yet tested"
+            assert graph["sliders"] == 1, f"{name}: one slider"
             _check_static_twin(page, name)
-            values = meta["values"]
             kind = meta.get("kind", "lines")  # lines: the traces' y; a heatmap: its z
             assert kind in _READ, f"{name}: unknown explorable kind {kind!r}"
-            page.evaluate(  # count the updates the control makes (Plotly's own event)
+            page.evaluate(  # count the updates the controls make (Plotly's own event)
                 f"() => {{ const gd = document.getElementById('{div_id}'); gd.__updates = 0;"
                 " gd.on('plotly_update', () => { gd.__updates += 1; }); }")
-            # every other step, then back to the first drawn: each click changes the step
-            active = page.evaluate(
-                f"() => document.getElementById('{div_id}')._fullLayout.sliders[0].active")
-            order = [k for k in range(len(values)) if k != active] + [active]
-            assert len(order) > 1, f"{name}: a control with one setting"
-            for count, step in enumerate(order, start=1):
-                _click_step(page, div_id, step, device)
-                page.wait_for_function(  # the update done, to this step
-                    f"() => {{ const gd = document.getElementById('{div_id}');"
-                    f" return gd.__updates === {count} &&"
-                    f" gd._fullLayout.sliders[0].active === {step}; }}", timeout=5000)
-                data = page.evaluate(
-                    f"() => {{ const gd = document.getElementById('{div_id}');"
-                    f" return {json.dumps(meta['traces'])}.map(i => ({{"
-                    f" x: Array.from(gd.data[i].x), v: {_READ[kind]} }})); }}")
-                expected = EXPECTED[name](values[step], [t["x"] for t in data])
-                for trace, want in zip(data, expected, strict=True):
-                    got = _tensor(trace["v"])
-                    torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6,
-                                               msg=lambda m, n=name, s=step: f"{n}, step {s}: {m}")
+            if meta["control"] == "slider":
+                _operate_slider(page, div_id, meta, device, meta["values"], 0)
+                continue
+            assert meta["control"] == "menu+slider", f"{name}: unknown control"
+            _operate_menu(page, div_id, meta, device)
         assert not errors, f"{page_name} logged script errors: {errors[:5]}"
     finally:
         context.close()
+
+
+def _check_data(page, div_id: str, meta: dict, value: Any, where: str) -> None:
+    """The changing traces' data on the page equal what posenc computes for ``value``."""
+    name, kind = meta["name"], meta.get("kind", "lines")
+    data = page.evaluate(
+        f"() => {{ const gd = document.getElementById('{div_id}');"
+        f" return {json.dumps(meta['traces'])}.map(i => ({{"
+        f" x: Array.from(gd.data[i].x), v: {_READ[kind]} }})); }}")
+    expected = EXPECTED[name](value, [t["x"] for t in data])
+    for trace, want in zip(data, expected, strict=True):
+        torch.testing.assert_close(_tensor(trace["v"]), want, rtol=2e-6, atol=2e-6,
+                                   msg=lambda m: f"{name}, {where}: {m}")
+
+
+def _operate_slider(page, div_id: str, meta: dict, device: str, values: list,
+                    updates: int, value_of: Callable[[Any], Any] = lambda v: v) -> int:
+    """Every other step of the slider, then back to the first drawn (each click changes the
+    step), reading the data back after each; returns the updates counted so far."""
+    name = meta["name"]
+    active = page.evaluate(
+        f"() => document.getElementById('{div_id}')._fullLayout.sliders[0].active")
+    order = [k for k in range(len(values)) if k != active] + [active]
+    assert len(order) > 1, f"{name}: a control with one setting"
+    for step in order:
+        updates += 1
+        _click_step(page, div_id, step, device)
+        page.wait_for_function(  # the update done, to this step
+            f"() => {{ const gd = document.getElementById('{div_id}');"
+            f" return gd.__updates === {updates} &&"
+            f" gd._fullLayout.sliders[0].active === {step}; }}", timeout=5000)
+        _check_data(page, div_id, meta, value_of(values[step]), f"step {step}")
+    return updates
+
+
+def _pick_entry(page, div_id: str, entry: int, device: str) -> None:
+    """Open the drop-down menu and pick ``entry``: a tap on a phone, a click on a desktop."""
+    graph = page.locator(f"#{div_id}")
+    header = graph.locator(".updatemenu-header").first
+    header.evaluate("e => e.scrollIntoView({block: 'center', inline: 'nearest'})")
+    header.tap() if device == "phone" else header.click()
+    button = graph.locator(".updatemenu-dropdown-button").nth(entry)
+    button.tap() if device == "phone" else button.click()
+
+
+def _operate_menu(page, div_id: str, meta: dict, device: str) -> None:
+    """A menu whose entries each bring their own slider: pick every entry (the first drawn
+    last), check the data of the entry's first frame and that the slider now has the entry's
+    steps, then operate that slider over every step."""
+    menu, name = meta["menu"], meta["name"]
+    first = menu["active"]
+    order = [k for k in range(len(menu["values"])) if k != first] + [first]
+    assert len(order) > 1, f"{name}: a menu with one entry"
+    updates = 0
+    for entry in order:
+        updates += 1
+        _pick_entry(page, div_id, entry, device)
+        page.wait_for_function(
+            f"() => {{ const gd = document.getElementById('{div_id}');"
+            f" return gd.__updates === {updates} &&"
+            f" gd._fullLayout.updatemenus[0].active === {entry}; }}", timeout=5000)
+        steps = menu["steps"][entry]
+        shown = page.evaluate(
+            f"() => {{ const s = document.getElementById('{div_id}')._fullLayout.sliders[0];"
+            " return {active: s.active, labels: s.steps.map(t => t.label)}; }")
+        assert shown["labels"] == menu["step_labels"][entry], f"{name}: entry {entry}'s slider"
+        key = menu["values"][entry]
+        _check_data(page, div_id, meta, (key, steps[shown["active"]]), f"entry {key}")
+        updates = _operate_slider(page, div_id, meta, device, steps, updates,
+                                  value_of=lambda v, k=key: (k, v))
 
 
 # how the page's data are read back, per kind of explorable (JavaScript on trace i of gd)

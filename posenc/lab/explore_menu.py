@@ -134,22 +134,25 @@ def menu_slider(
             relayout["xaxis.autorange"] = True
         buttons.append({"method": "update", "label": entry.label,
                         "args": [restyle, relayout, trace_ids]})
-    # the menu above the plot, left; the title under it; the legend above the plot area
+    # top to bottom: the title (two lines), the menu's caption, the menu, the legend (up to
+    # three rows on a 390 px phone), then the plot; the slider under it, as in explorable()
+    top = 200  # px above the plot area
     layout["updatemenus"] = [{
         "type": "dropdown", "active": active, "buttons": buttons, "direction": "down",
-        "x": 0, "xanchor": "left", "y": 1, "yanchor": "bottom", "pad": {"b": 92},
+        "x": 0, "xanchor": "left", "y": 1, "yanchor": "bottom", "pad": {"b": top - 112},
         "font": {"size": _FONT}, "showactive": True, "bgcolor": "#fff",
         "bordercolor": "#0072B2",
     }]
     layout["annotations"] = [{
         "text": menu_label, "showarrow": False, "xref": "paper", "yref": "paper", "x": 0,
-        "y": 1, "xanchor": "left", "yanchor": "bottom", "yshift": 128,
+        "y": 1, "xanchor": "left", "yanchor": "bottom", "yshift": top - 80,
         "font": {"size": _FONT},
     }]
-    layout["margin"]["t"] = 170
+    layout["margin"]["t"] = top
+    layout["height"] = height + 165
     if "title" in layout:
-        layout["title"].update({"y": 1, "yref": "paper", "yanchor": "bottom",
-                                "pad": {"b": 48}})
+        layout["title"].update({"y": 1, "yref": "container", "yanchor": "top",
+                                "pad": {"t": 20, "l": 4}})
     layout["legend"]["y"] = 1.0
     meta = layout["meta"]["posenc"]
     meta["control"] = "menu+slider"
@@ -157,4 +160,4 @@ def menu_slider(
                     "labels": [e.label for e in entries],
                     "steps": [ex.values for ex in built],
                     "step_labels": [[f.label for f in e.frames] for e in entries]}
-    return explore.Explorable(name, figure, [e.value for e in entries], height + 150)
+    return explore.Explorable(name, figure, [e.value for e in entries], height + 165)
