@@ -1,7 +1,7 @@
 """Positions for the layouts models really run: padded batches, packed rows, sharded sequences.
 
-Every hook in posenc works from positions, never from indices (see DESIGN.md), so each layout
-needs only the right position ids:
+Every hook in posenc works from positions, never from slot indices, so each layout needs only
+the right position ids:
 
 - ``positions_from_mask``: a left-padded batch counts from its first real token, exactly as
   Hugging Face transformers' ``generate`` builds ``position_ids``;

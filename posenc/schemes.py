@@ -1,4 +1,4 @@
-"""Position schemes as objects with hooks (see DESIGN.md).
+"""Position schemes as objects with hooks.
 
 A scheme can enter attention at exactly one of three places:
 

@@ -4,7 +4,8 @@ transformers (5.x) looks a model's attention up by name in two tables: ``Attenti
 (the function that attends) and ``AttentionMaskInterface`` (the function that turns the 2-D
 padding mask into what the attention function is given). :func:`~posenc.hf.register` puts
 posenc into both; registering only the first makes transformers hand the attention
-``attention_mask=None``, and padding is then silently ignored. :func:`~posenc.hf.use` switches
+``attention_mask=None``, and posenc's attention then refuses (``ValueError``) rather than
+ignore the padding. :func:`~posenc.hf.use` switches
 a loaded model to it, and may swap the model's RoPE for another posenc scheme (ALiBi, T5 bias,
 NoPE, posenc's RoPE).
 

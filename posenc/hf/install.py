@@ -104,14 +104,18 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     ``scheme``:
 
     * ``None`` (default): keep the model's own RoPE (its rotary embedding rotates q and k as
-      before); the logits equal transformers' own attention. A model switched to ``"alibi"``
-      and back gets its rotary embedding back;
+      before); the logits equal transformers' own attention on rows that are not packed (packed
+      rows follow the documents rule of the module notes, which transformers' SDPA path
+      applies only without a cache). A model switched to ``"alibi"`` and back gets its rotary
+      embedding back;
     * ``"alibi"``, ``"t5"``, ``"nope"``: replace the model's rotary embedding (it becomes the
       identity) by ALiBi slopes, a T5 relative bias (learned: one bias shared by all layers, as
       T5 shares it; its weights are ``model.posenc_scheme``'s) or no positions at all;
     * ``"rope"``: posenc's RoPE from the config (``RotaryEmbedding.from_hf_config``: theta,
       scaling, partial rotary, layout; per layer type where the config nests it), applied inside
-      attention to the queries and every cached key by their positions;
+      attention to the queries and every cached key by their positions, with exact angles
+      (reduced mod 2 pi before rounding; ``from_hf_config`` defaults to transformers' float32
+      product);
     * a :class:`~posenc.schemes.PositionScheme` instance (one object, shared by every layer).
 
     ``options``: ``backend`` (``"sdpa"`` default, ``"math"`` or ``"flex"``, as
