@@ -14,6 +14,8 @@ model's attention).
 * :func:`~posenc.hf.extend.extend_context`: a copy of a config whose RoPE reaches a
   longer context the way transformers reads it (YaRN, Llama 3, linear, dynamic), keeping the
   model's own scaling and every field under ``rope_parameters``.
+* :class:`SinkCache` (:mod:`posenc.hf.sink_cache`): StreamingLLM's sinks plus a window as a
+  transformers ``Cache`` for ``generate``, on posenc's rolling ``KVCache``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 from ..rope_config import INTERLEAVED_MODEL_TYPES, rotary_kwargs_from_hf_config
 from .extend import extend_context
 from .install import register, use
+from .sink_cache import SinkCache
 
 __all__ = [
-    "INTERLEAVED_MODEL_TYPES", "extend_context", "register", "rotary_kwargs_from_hf_config", "use",
+    "INTERLEAVED_MODEL_TYPES", "SinkCache", "extend_context", "register",
+    "rotary_kwargs_from_hf_config", "use",
 ]

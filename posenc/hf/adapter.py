@@ -16,18 +16,26 @@ What the attention sees, and where it comes from:
   ``generate`` rule), for the queries and for every cached key alike, whatever the forward's
   ``position_ids`` say (the forward numbers a left-padded row from its first pad). Without a
   mask, the new tokens take ``position_ids`` (the forward's ``arange``, or a packing collator's
-  restarting ids) and cached keys their index in the cache;
-* **documents** (packed rows): without a mask and with nothing cached, ``position_ids`` that
-  restart mark documents by FlashAttention's rule (``prepare_fa_kwargs_from_position_ids``):
+  restarting ids) and cached keys their index in the cache. An all-ones mask with nothing
+  cached counts as no mask, as transformers' FlashAttention path drops it;
+* **documents** (packed rows): with no padding (no mask or an all-ones one) and nothing cached,
+  ``position_ids`` that restart mark documents by FlashAttention's rule
+  (``prepare_fa_kwargs_from_position_ids``):
   every row starts a document, and another starts wherever a position equals the row's
   smallest, so ``[3, 4, 5, 0, 1, 2, 0, 1]`` is three documents (the first a chunk that started
   earlier) and ``[0, 1, 2, 3, 10, 11, 12, 13]`` one (PoSE's skipped positions). transformers'
   mask path would split the second row where it jumps (and apply no document mask at all once a
-  cache is passed, e.g. ``use_cache=True``, the default);
+  cache is passed, e.g. ``use_cache=True``, the default). A packing collator's
+  ``cu_seq_lens_q/k`` (``return_flash_attn_kwargs=True``) mark documents too, with or without
+  ``position_ids``; they are refused with a padding mask or a cache, or where ``position_ids``
+  restart inside one of their documents;
 * **visibility**: causal, the layer's ``sliding_window``, the padding mask, the documents:
   :func:`~posenc.attention.attend`'s rule (a window counts positions: query ``m`` sees keys
   ``n`` with ``m - W < n <= m``, as transformers counts indices; a 2-D mask with zeros
   between real tokens makes the two counts differ, and a warning says so);
+* **who sees whom**: a bool 4-D ``attention_mask [B, 1, Lq, Lk]`` passed to the model (True =
+  sees; a speculative tree) is and-ed with causality; the new tokens sit at ``position_ids``
+  (siblings share a depth), cached keys, an unpadded prefix, at ``0 .. Lk - Lq - 1``;
 * **the model's own settings**, from the attention module's call: ``scaling``, Gemma 2's
   ``softcap``, gpt-oss's learned sinks (``s_aux``), grouped-query heads, dropout.
 
@@ -35,7 +43,11 @@ transformers owns the cache (``DynamicCache``, ``StaticCache``, the sliding-wind
 keys arrive from it in token order, and the mask function tells which token each cache slot
 holds (``kv_offset``, ``kv_length``). With a swapped scheme the cache holds keys as projected
 (the model's rotary is the identity) and posenc rotates or biases them by their positions at
-every step.
+every step. :class:`~posenc.hf.SinkCache` is posenc's own: StreamingLLM's sinks plus a window
+on a rolling ``KVCache``, written by the attention.
+
+:func:`~posenc.hf.use` records a swapped scheme in the config (``config.posenc``); a model
+reloaded with ``attn_implementation="posenc"`` refuses to run until ``use`` is called again.
 
 Layer: integrations. The code is in ``posenc.hf.forward`` (what transformers calls at
 every step) and ``posenc.hf.install`` (``register``, ``use``, the rotary swap); this

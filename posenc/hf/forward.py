@@ -26,6 +26,7 @@ from .._checks import is_compiling
 from ..attention import attend
 from ..positions import cu_seqlens, packed_positions
 from ..schemes import PositionScheme
+from .sink_cache import ROLLING_KWARG
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ def positions_mask(
     unwritten slot. Query ``i`` is token ``q_offset + i`` of the sequence and key slot ``j``
     token ``kv_offset + j`` (transformers' own mask functions index them so). Positions count
     the real tokens of the 2-D ``attention_mask`` before each one; without a mask, the token's
-    index. An empty ``[1, 1, 1, 0]`` tensor means: no mask, nothing cached, so the new tokens
+    index. An empty ``[1, 1, 1, 0]`` tensor means: no padding (no mask, or an all-ones one, the
+    case transformers' FlashAttention path drops the mask in), nothing cached, so the new tokens
     are all the keys and their positions are the forward's ``position_ids`` (restarting ones
     mark packed documents). transformers' ``mask_function`` (causal, sliding) is not
     evaluated: the attention applies the same rule from the layer's own settings.
@@ -75,8 +77,10 @@ def positions_mask(
             "or_mask_function / and_mask_function, e.g. image tokens that see each other); "
             "posenc's attention does not apply it: use transformers' own attention for it"
         )
-    fresh = (attention_mask is None and isinstance(q_offset, int) and q_offset == 0
-             and kv_offset == 0 and kv_length == q_length)
+    fresh = isinstance(q_offset, int) and q_offset == 0 and kv_offset == 0 and kv_length == q_length
+    if fresh and attention_mask is not None:  # an all-ones mask: FlashAttention drops it too
+        fresh = (not is_compiling() and attention_mask.shape[-1] == kv_length
+                 and bool(attention_mask.all()))
     if fresh:
         return torch.zeros(1, 1, 1, 0, dtype=torch.long, device=device)
     span = kv_offset + kv_length  # the tokens up to the last key slot
@@ -126,16 +130,27 @@ def attention_forward(
     the same thing: no softcap or sinks, and positions that count from each document's start
     (or the model's own RoPE, which has rotated q and k already).
     """
-    opts: _Options = getattr(module, _OPTIONS, _DEFAULT)
+    opts: _Options | None = getattr(module, _OPTIONS, None)
+    if opts is None:
+        opts = _unswapped(module)
     B, Lq, Lk = query.shape[0], query.shape[-2], key.shape[-2]
     rows = _layout(attention_mask, kwargs.get("position_ids"), B, Lq, Lk, query.device)
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is not None or cu_k is not None:  # a packing collator's FlashAttention kwargs
+        rows = _rows_from_cu(cu_q, cu_k, attention_mask, rows, kwargs.get("position_ids"), B,
+                             Lq, Lk, query.device)
     sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
     causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", True)))
+    rolling = kwargs.get(ROLLING_KWARG)
+    if rolling is not None:  # a posenc.hf.SinkCache layer: its rolling KVCache and rule
+        return _attend_rolling(query, key, value, opts, rows, rolling, causal, sliding_window,
+                               scaling, softcap, sinks, float(dropout)), None
     if rows.cu_seqlens is not None and softcap is None and sinks is None and opts.backend != "flex" and (
             rows.restart or (opts.scheme is None and (rows.contiguous or sliding_window is None))):
         return _attend_packed(query, key, value, opts, rows, causal=causal, window=sliding_window,
                               scale=scaling, dropout_p=float(dropout)), None
-    if sliding_window is not None and rows.key_valid is not None and not is_compiling():
+    if (sliding_window is not None and rows.key_valid is not None and rows.key_valid.dim() == 2
+            and not is_compiling()):
         _warn_on_holes(rows.key_valid, sliding_window)
     extra: dict[str, Any] = {}
     if scaling is not None:
@@ -150,6 +165,123 @@ def attention_forward(
         causal=causal, backend=opts.backend, dropout_p=float(dropout), **extra,
     )  # [B, H, Lq, Dv]
     return out.transpose(1, 2).contiguous(), None
+
+
+def _attend_rolling(
+    q: Tensor, k: Tensor, v: Tensor, opts: _Options, rows: _Rows, cache: Any, causal: bool,
+    window: int | None, scale: float | None, softcap: float | None, sink_logits: Tensor | None,
+    dropout_p: float,
+) -> Tensor:
+    """A :class:`~posenc.hf.sink_cache.SinkCache` step: ``attend`` writes the new keys into the
+    layer's rolling cache and applies its sinks-and-window rule; the mask function described
+    the new tokens only (their positions, and which are padding)."""
+    if window is not None and window != cache.window:
+        raise ValueError(
+            f"this layer has sliding_window={window}, but posenc.hf.SinkCache(window="
+            f"{cache.window}) imposes its own window: build the SinkCache with window={window}"
+        )
+    if rows.documents is not None:
+        raise ValueError(
+            "posenc.hf.SinkCache keeps each row's first keys, not each document's: pass "
+            "unpacked rows (no restarting position_ids) with it"
+        )
+    extra: dict[str, Any] = {}
+    if scale is not None:
+        extra["scale"] = float(scale)
+    if softcap is not None:
+        extra["softcap"] = float(softcap)
+    if sink_logits is not None:
+        extra["sink_logits"] = sink_logits
+    out = attend(
+        q, k, v, opts.scheme, positions=rows.positions, attention_mask=rows.key_valid,
+        cache=cache, causal=causal, backend=opts.backend, dropout_p=dropout_p, **extra,
+    )  # [B, H, Lq, Dv]
+    return out.transpose(1, 2).contiguous()
+
+
+def _unswapped(module: nn.Module) -> _Options:
+    """A layer :func:`~posenc.hf.use` did not set up: the model's own RoPE, unless its config
+    records a swapped scheme (``config.posenc``, written by ``use`` and kept by
+    ``save_pretrained``), which a reloaded model's rotary embedding no longer applies."""
+    saved = getattr(getattr(module, "config", None), "posenc", None)
+    if isinstance(saved, dict) and saved.get("scheme") is not None:
+        name, options = saved["scheme"], saved.get("options") or {}
+        if saved.get("instance"):
+            call = f"posenc.hf.use(model, <the {name!r} PositionScheme you built>)"
+        else:
+            args = "".join(f", {k}={v!r}" for k, v in options.items())
+            backend = saved.get("backend", "sdpa")
+            args += "" if backend == "sdpa" else f", backend={backend!r}"
+            call = f"posenc.hf.use(model, {name!r}{args})"
+        raise ValueError(
+            f"this model's config says its weights run with posenc's {name!r} scheme "
+            f"(config.posenc = {saved!r}, written by posenc.hf.use before save_pretrained), but "
+            f"after loading its rotary embedding is the model's own RoPE again: call {call} "
+            "once after from_pretrained (posenc.hf.use(model) instead keeps the model's RoPE "
+            "and clears config.posenc)"
+        )
+    return _DEFAULT
+
+
+def _rows_from_cu(
+    cu_q: Any, cu_k: Any, mask: Any, rows: _Rows, position_ids: Tensor | None, B: int,
+    Lq: int, Lk: int, device: torch.device,
+) -> _Rows:
+    """Documents from a packing collator's ``cu_seq_lens_q/k`` (FlashAttention's varlen
+    offsets over the flattened batch), as transformers' FlashAttention path reads them when no
+    padding mask is given. Refused where they cannot describe this call (a padding mask or a
+    cache, q and k offsets that differ) or where ``position_ids`` restart inside one of their
+    documents; positions stay the forward's ``position_ids``."""
+    for name, cu in (("cu_seq_lens_q", cu_q), ("cu_seq_lens_k", cu_k)):
+        if not isinstance(cu, Tensor) or cu.dim() != 1 or cu.is_floating_point() or cu.numel() < 2:
+            got = f"{type(cu).__name__}" + (f" {cu.dtype} {tuple(cu.shape)}"
+                                            if isinstance(cu, Tensor) else "")
+            raise ValueError(
+                f"{name} must be a 1-D integer tensor of document offsets [0, n_0, n_0 + n_1, "
+                f"..., {B * Lq}] (both cu_seq_lens_q and cu_seq_lens_k, as "
+                f"DataCollatorWithFlattening(return_flash_attn_kwargs=True) gives), got {got}"
+            )
+    assert isinstance(cu_q, Tensor) and isinstance(cu_k, Tensor)
+    if mask.shape[-1] != 0 or Lk != Lq:
+        raise ValueError(
+            "cu_seq_lens_q/k mark packed documents of new tokens, but this call has "
+            + ("a padding attention_mask" if Lk == Lq else f"{Lk - Lq} cached keys")
+            + ": posenc cannot tell which offsets the padding or the cache shift; pass "
+            "cu_seq_lens_q/k only with unpadded packed rows and no cache (use_cache=False), or "
+            "drop them (restarting position_ids mark the documents)"
+        )
+    cu = cu_q.to(device=device, dtype=torch.long)
+    compiling = is_compiling()
+    if not compiling:
+        ok = (cu_k.shape == cu_q.shape and bool((cu_k.to(device) == cu).all())
+              and int(cu[0]) == 0 and int(cu[-1]) == B * Lq and bool((cu.diff() > 0).all()))
+        if not ok:
+            raise ValueError(
+                f"cu_seq_lens_q and cu_seq_lens_k must be the same increasing offsets from 0 to "
+                f"{B * Lq} (the batch's {B} x {Lq} tokens), got {cu_q.tolist()} and "
+                f"{cu_k.tolist()}"
+            )
+    index = torch.arange(B * Lq, device=device)
+    documents = (torch.searchsorted(cu, index, right=True) - 1).reshape(B, Lq)
+    documents = documents - documents[:, :1]  # [B, L]: 0, 1, ... in each row
+    pos = rows.positions if rows.positions is not None else index[:Lq].expand(B, Lq)
+    if compiling:
+        return _Rows(positions=pos, documents=documents)
+    if rows.documents is not None:  # position_ids restart: each restart must start a document
+        starts_pos = rows.documents.diff(dim=-1) != 0
+        starts_cu = documents.diff(dim=-1) != 0
+        bad = (starts_pos & ~starts_cu).nonzero()
+        if bad.numel():
+            row, col = (int(v) for v in bad[0])
+            raise ValueError(
+                f"position_ids restart at token {col + 1} of row {row} (position "
+                f"{int(pos[row, col + 1])}), inside one of the documents cu_seq_lens_q/k mark "
+                f"({cu_q.tolist()}): the two disagree; pass the collator's position_ids and "
+                "offsets together, or only one of them"
+            )
+    if B * Lq and int(cu.diff().max()) == Lq and B == cu.numel() - 1:  # one document a row
+        return rows
+    return _packed_rows(pos, documents)
 
 
 def _warn_on_holes(key_valid: Tensor, window: int) -> None:
@@ -213,13 +345,16 @@ def _layout(
             "registers the attention and its mask together); a PagedAttentionCache (continuous "
             "batching) is not supported"
         )
+    if isinstance(mask, Tensor) and mask.dim() == 4 and mask.dtype == torch.bool:
+        return _tree_rows(mask, position_ids, B, Lq, Lk, device)
     if not isinstance(mask, Tensor) or mask.dim() != 4 or mask.dtype != torch.long:
         raise ValueError(
             "posenc's attention got an attention_mask its mask function did not make "
             f"({type(mask).__name__}"
             f"{'' if not isinstance(mask, Tensor) else f' {mask.dtype} {tuple(mask.shape)}'}): "
-            "a 4-D mask passed to the model replaces transformers' mask creation; pass the 2-D "
-            "[batch, length] padding mask instead"
+            "a 4-D mask passed to the model replaces transformers' mask creation; posenc takes "
+            "a bool [batch, 1, queries, keys] who-sees-whom mask (True = sees; a speculative "
+            "tree) with position_ids, or the 2-D [batch, length] padding mask"
         )
     if mask.shape[-1] == 0:  # no padding mask and nothing cached: the forward's position_ids
         if Lk != Lq:
@@ -231,8 +366,37 @@ def _layout(
     q_pos, k_pos = flat[:, :Lq], flat[:, Lq:]
     valid = k_pos >= 0  # [B, Lk]
     if Lk == Lq:  # the keys are this step's tokens: causal by slot
+        if position_ids is not None and is_compiling():  # eager: positions_mask drops all-ones
+            fresh = _fresh_rows(position_ids, B, Lq, device)
+            assert fresh.positions is not None and fresh.documents is not None
+            whole = valid.all()  # no padding: the forward's position_ids, as FlashAttention
+            return _Rows(positions=torch.where(whole, fresh.positions, q_pos), key_valid=valid,
+                         documents=torch.where(whole, fresh.documents, 0))
         return _Rows(positions=q_pos, key_valid=valid)
     return _Rows(positions=q_pos, key_positions=k_pos.clamp(min=0), key_valid=valid)
+
+
+def _tree_rows(
+    mask: Tensor, position_ids: Tensor | None, B: int, Lq: int, Lk: int, device: torch.device
+) -> _Rows:
+    """A bool 4-D who-sees-whom mask passed to the model (transformers hands it over as is):
+    ``mask [B | 1, 1, Lq, Lk]`` (True = the query sees the key), and-ed with causality. The new
+    tokens sit at the forward's ``position_ids`` (a tree's depths: pass them, siblings share
+    one); the cached keys before them, an unpadded prefix, at ``0 .. Lk - Lq - 1``."""
+    if mask.shape[0] not in (1, B) or mask.shape[1] != 1 or mask.shape[-2:] != (Lq, Lk):
+        raise ValueError(
+            f"a 4-D bool attention_mask must have shape [{B} or 1, 1, {Lq}, {Lk}] (queries x "
+            f"the cached plus new keys), got {tuple(mask.shape)}"
+        )
+    if position_ids is None:
+        pos = torch.arange(Lk - Lq, Lk, device=device).expand(B, Lq)
+    else:
+        pos = position_ids.to(device=device, dtype=torch.long)
+        pos = (pos[None] if pos.dim() == 1 else pos).expand(B, Lq)  # [B, Lq]
+    key_pos = None
+    if Lk != Lq:
+        key_pos = torch.cat([torch.arange(Lk - Lq, device=device).expand(B, Lk - Lq), pos], -1)
+    return _Rows(positions=pos, key_positions=key_pos, key_valid=mask.expand(B, 1, Lq, Lk))
 
 
 def _keys_unknown(Lq: int, Lk: int, slots: int) -> str:

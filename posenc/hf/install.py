@@ -124,12 +124,16 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     ``"rope"`` ``interleaved`` (the layout, default from the config).
 
     The scheme (a module: ``model.posenc_scheme``) moves with ``model.to(...)`` and is in its
-    ``state_dict``; a model loaded with ``from_pretrained`` needs ``use`` again (the T5 bias
-    ``use`` builds starts fresh: load the saved ``posenc_scheme`` weights after it with
-    ``strict=False``). Positions, documents and visibility follow the rules of
-    :mod:`posenc.hf.adapter`; transformers keeps the cache. Switching the model's attention
-    away (``set_attn_implementation("sdpa")``) after a swap raises at the next forward rather
-    than run without positions.
+    ``state_dict``. ``use`` records a swapped scheme in the config (``config.posenc``: scheme
+    name, options, backend; JSON, so ``save_pretrained`` writes it); ``scheme=None`` removes it.
+    A model loaded with ``from_pretrained(path, attn_implementation="posenc")`` needs ``use``
+    again: its rotary embedding is the model's own after loading, and its first forward raises
+    a ValueError naming the recorded call (``posenc.hf.use(model, 'alibi')``) rather than run
+    RoPE on weights trained with another scheme (the T5 bias ``use`` builds starts fresh: load
+    the saved ``posenc_scheme`` weights after it with ``strict=False``). Positions, documents
+    and visibility follow the rules of :mod:`posenc.hf.adapter`; transformers keeps the cache.
+    Switching the model's attention away (``set_attn_implementation("sdpa")``) after a swap
+    raises at the next forward rather than run without positions.
 
     Raises:
         TypeError: ``model`` is not a transformers model; ``scheme`` is not a name, ``None`` or
@@ -151,6 +155,7 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     name = register(options.pop("name", "posenc"))
     layers = _attention_layers(model)
+    record = _record(scheme, dict(options), backend)
     built = _build_schemes(model, layers, scheme, options)  # {layer_idx: scheme} or None
     _set_rotaries(model, swapped=built is not None)
     if built is None:
@@ -159,8 +164,39 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
         model.add_module("posenc_scheme", _scheme_container(built))
     for idx, layer in layers:
         layer.__dict__[_OPTIONS] = _Options(None if built is None else built[idx], backend)
+    for config in _configs(model, layers):
+        if record is None:
+            config.__dict__.pop(SAVED, None)
+        else:
+            setattr(config, SAVED, record)
     model.set_attn_implementation(name)
     return model
+
+
+SAVED = "posenc"
+"""The config attribute where :func:`use` records a swapped scheme (``config.posenc``), so that
+``save_pretrained`` writes it to ``config.json`` and a reloaded model can say which scheme its
+weights were trained with."""
+
+
+def _record(scheme: object, options: dict[str, Any], backend: str) -> dict[str, Any] | None:
+    """What ``config.posenc`` holds after ``use(model, scheme, **options)``: JSON values, the
+    call that rebuilds it (None: the model's own RoPE, nothing to record)."""
+    if scheme is None:
+        return None
+    if isinstance(scheme, PositionScheme):  # a ready object: its name, not its arguments
+        return {"scheme": scheme.name, "options": {}, "backend": backend, "instance": True}
+    return {"scheme": scheme, "options": options, "backend": backend}
+
+
+def _configs(model: Any, layers: list[tuple[int, nn.Module]]) -> list[Any]:
+    """The model's config and every distinct config its attention layers read."""
+    found = [model.config]
+    for _, layer in layers:
+        config = getattr(layer, "config", None)
+        if config is not None and all(config is not c for c in found):
+            found.append(config)
+    return found
 
 
 def _attention_layers(model: nn.Module) -> list[tuple[int, nn.Module]]:

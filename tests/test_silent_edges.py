@@ -1,0 +1,183 @@
+"""The practitioner's seven silent edges (issue 34; reviews/2026-12-07-practitioner.md, "Silent
+wrong answers found today"): each plausible call is now right, refused or warned. One test per
+numbered item; the name says which.
+
+Models are tiny transformers Llamas built from a config (test_hf_adapter's helpers): no download.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import posenc
+import posenc.hf
+
+transformers = pytest.importorskip("transformers")
+from test_hf_adapter import DOCS, TOL, llama_config, logits, packed  # noqa: E402
+from transformers import LlamaForCausalLM  # noqa: E402
+
+
+def _llama(scheme: object = None, seed: int = 0, **options: object) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(copy.deepcopy(llama_config(initializer_range=0.2))).eval()
+    return posenc.hf.use(model, scheme, **options)
+
+
+def _alone(model: torch.nn.Module) -> torch.Tensor:
+    """Each of DOCS run alone, one after another: ``[1, sum(len), V]``."""
+    return torch.cat([logits(model, torch.tensor([d])) for d in DOCS], dim=1)
+
+
+# --------------------------------------------------------------------------- 1. saved scheme
+
+
+def test_1_saved_scheme_is_recorded_and_a_reload_refuses_until_use(tmp_path):
+    model = _llama("t5", num_buckets=16)
+    ids = torch.tensor([[5, 17, 33, 8, 71, 9]])
+    before = logits(model, ids)
+    assert model.config.posenc == {"scheme": "t5", "options": {"num_buckets": 16},
+                                   "backend": "sdpa"}
+    model.save_pretrained(tmp_path)
+    loaded = LlamaForCausalLM.from_pretrained(tmp_path, attn_implementation="posenc").eval()
+    assert loaded.config.posenc["scheme"] == "t5"
+    with pytest.raises(ValueError, match=r"posenc\.hf\.use\(model, 't5', num_buckets=16\)"):
+        logits(loaded, ids)  # was: RoPE on T5-trained weights, silently
+    posenc.hf.use(loaded, loaded.config.posenc["scheme"], **loaded.config.posenc["options"])
+    from safetensors.torch import load_file  # the T5 bias is learned: load its saved weights
+
+    saved = {k: v for k, v in load_file(tmp_path / "model.safetensors").items()
+             if k.startswith("posenc_scheme.")}
+    assert saved, "the scheme's weights are in the checkpoint"
+    loaded.load_state_dict(saved, strict=False)
+    torch.testing.assert_close(logits(loaded, ids), before, **TOL)
+
+
+def test_1_saved_alibi_reloads_to_the_same_logits_and_use_none_clears_it(tmp_path):
+    model = _llama("alibi")
+    ids = torch.tensor([[5, 17, 33, 8, 71, 9]])
+    before = logits(model, ids)
+    model.save_pretrained(tmp_path)
+    loaded = LlamaForCausalLM.from_pretrained(tmp_path, attn_implementation="posenc").eval()
+    with pytest.raises(ValueError, match=r"call posenc\.hf\.use\(model, 'alibi'\)"):
+        logits(loaded, ids)
+    posenc.hf.use(loaded, "alibi")
+    torch.testing.assert_close(logits(loaded, ids), before, **TOL)
+    posenc.hf.use(loaded)  # back to the model's RoPE: nothing recorded
+    assert not hasattr(loaded.config, "posenc")
+    logits(loaded, ids)
+
+
+# --------------------------------------------------------------------------- 2. all-ones mask
+
+
+@pytest.mark.parametrize("scheme", [None, "alibi"])
+def test_2_restarting_position_ids_with_an_all_ones_mask_give_the_documents_alone(scheme):
+    # transformers' FlashAttention path drops an all-ones mask and splits by position_ids
+    model = _llama(scheme)
+    batch = packed()
+    ids, pos = batch["input_ids"], batch["position_ids"]
+    got = logits(model, ids, position_ids=pos, attention_mask=torch.ones_like(ids))
+    torch.testing.assert_close(got, _alone(model), **TOL)
+    torch.testing.assert_close(got, logits(model, ids, position_ids=pos), **TOL)
+
+
+# --------------------------------------------------------------------------- 3. cu_seq_lens
+
+
+@pytest.mark.parametrize("scheme", [None, "alibi"])
+def test_3_cu_seq_lens_without_position_ids_mark_the_documents(scheme):
+    model = _llama(scheme)
+    batch = packed(return_flash_attn_kwargs=True, return_position_ids=False)
+    assert "position_ids" not in batch
+    kw = {k: batch[k] for k in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")}
+    got = logits(model, batch["input_ids"], **kw)  # was: one document, silently
+    torch.testing.assert_close(got, _alone(model), **TOL)
+
+
+def test_3_cu_seq_lens_that_disagree_with_position_ids_or_padding_are_refused():
+    model = _llama("alibi")
+    batch = packed(return_flash_attn_kwargs=True)
+    ids, pos = batch["input_ids"], batch["position_ids"]
+    wrong = torch.tensor([0, 2, ids.shape[1]])  # position_ids restart at 4 and 9, not at 2
+    with pytest.raises(ValueError, match="inside one of the documents cu_seq_lens_q/k mark"):
+        logits(model, ids, position_ids=pos, cu_seq_lens_q=wrong, cu_seq_lens_k=wrong)
+    cu = batch["cu_seq_lens_q"]
+    mask = torch.ones_like(ids)
+    mask[:, -1] = 0
+    with pytest.raises(ValueError, match="a padding attention_mask"):
+        logits(model, ids, attention_mask=mask, cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+    with pytest.raises(ValueError, match="same increasing offsets"):
+        logits(model, ids, cu_seq_lens_q=cu, cu_seq_lens_k=cu[:-1])
+    agreed = logits(model, ids, position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+    torch.testing.assert_close(agreed, _alone(model), **TOL)
+
+
+# --------------------------------------------------------------------------- 8. streaming, trees
+
+
+def _streaming_mask(T: int, sinks: int, window: int) -> torch.Tensor:
+    """``[1, 1, T, T]`` bool: query m sees key n when n <= m and (n < sinks or n > m - window)."""
+    m, n = torch.arange(T)[:, None], torch.arange(T)[None]
+    return ((n <= m) & ((n < sinks) | (n > m - window)))[None, None]
+
+
+@pytest.mark.parametrize("scheme", [None, "alibi", "rope"])
+def test_8_sink_cache_generate_equals_a_full_pass_under_sinks_and_window(scheme):
+    model = _llama(scheme)
+    S, W, prompt = 2, 6, torch.tensor([[5, 17, 33, 8, 71]])
+    cache = posenc.hf.SinkCache(sinks=S, window=W, config=model.config)
+    with torch.no_grad():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                             past_key_values=cache, max_new_tokens=4 * W, do_sample=False,
+                             output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    seq = out.sequences
+    T, P = seq.shape[1], prompt.shape[1]
+    assert T == P + 4 * W
+    assert cache.layers[0].kv.k.shape[-2] == S + W + 1  # fixed memory: S + W slots + scratch
+    assert cache.get_seq_length() == T - 1
+    # the reference: one full pass, each query sees the first S keys and the last W
+    full = logits(model, seq, attention_mask=_streaming_mask(T, S, W),
+                  position_ids=torch.arange(T)[None])
+    torch.testing.assert_close(torch.stack(out.logits, 1), full[:, P - 1:-1], **TOL)
+    assert torch.equal(seq[:, P:], full[:, P - 1:-1].argmax(-1))
+    # and posenc's own rolling decode, layer by layer, holds the same keys
+    kv = cache.layers[1].kv
+    assert kv.positions is not None and int(kv.positions[0, :S].max()) == S - 1
+
+
+@pytest.mark.parametrize("scheme", [None, "alibi"])
+def test_8_tree_mask_through_the_adapter_equals_each_branch_alone(scheme):
+    from transformers import DynamicCache
+
+    model = _llama(scheme)
+    prefix, a, b = [5, 17, 33], [40, 41], [60, 61]
+    tree = [a[0], b[0], a[1], b[1]]  # depth 1 then depth 2
+    parent = {2: 0, 3: 1}  # a[1] under a[0], b[1] under b[0]
+    n, t = len(prefix), len(tree)
+    sees = torch.zeros(t, n + t, dtype=torch.bool)
+    sees[:, :n] = True
+    for i in range(t):
+        sees[i, n + i] = True
+        if i in parent:
+            sees[i, n + parent[i]] = True
+    pos = torch.tensor([[n, n, n + 1, n + 1]])
+    alone_a = logits(model, torch.tensor([prefix + a]))[:, n:]
+    alone_b = logits(model, torch.tensor([prefix + b]))[:, n:]
+    # one pass over prefix + tree
+    full = torch.zeros(n + t, n + t, dtype=torch.bool)
+    full[:n, :n] = torch.ones(n, n).tril().bool()
+    full[n:] = sees
+    got = logits(model, torch.tensor([prefix + tree]), attention_mask=full[None, None],
+                 position_ids=torch.cat([torch.arange(n)[None], pos], -1))
+    torch.testing.assert_close(got[:, n:][:, [0, 2]], alone_a, **TOL)
+    torch.testing.assert_close(got[:, n:][:, [1, 3]], alone_b, **TOL)
+    # the tree as one step over a cached prefix
+    cache = DynamicCache(config=model.config)
+    logits(model, torch.tensor([prefix]), past_key_values=cache)
+    step = logits(model, torch.tensor([tree]), attention_mask=sees[None, None],
+                  position_ids=pos, past_key_values=cache)
+    torch.testing.assert_close(step[:, [0, 2]], alone_a, **TOL)
+    torch.testing.assert_close(step[:, [1, 3]], alone_b, **TOL)
