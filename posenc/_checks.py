@@ -104,9 +104,12 @@ def check_positions(name: str, value: object) -> Tensor:
     return value
 
 
-def check_rows(name: str, value: object, B: int, L: int, *, labels: bool) -> Tensor:
+def check_rows(
+    name: str, value: object, B: int, L: int, *, labels: bool, like: Tensor | None = None
+) -> Tensor:
     """``value`` ``[L]`` or ``[1 | B, L]``, an integer tensor: positions in ``[0, 2**31)``
-    (``labels=False``) or document ids, labels of any integer value (``labels=True``)."""
+    (``labels=False``) or document ids, labels of any integer value (``labels=True``).
+    ``like``: the ``[B, H, L, head_dim]`` tensor the rows describe, named in a layout hint."""
     if labels:
         if not isinstance(value, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of integer ids, got {type(value).__name__}")
@@ -116,7 +119,16 @@ def check_rows(name: str, value: object, B: int, L: int, *, labels: bool) -> Ten
         value = check_positions(name, value)
     rows_ok = value.dim() == 1 or (value.dim() == 2 and (value.shape[0] == 1 or value.shape[0] == B))
     if not rows_ok or value.shape[-1] != L:
-        raise ValueError(f"{name} must have shape [{L}] or [{B}, {L}], got {tuple(value.shape)}")
+        hint = _document_ids_hint(value) if labels else ""
+        if like is not None and like.dim() == 4 and value.shape[-1] == like.shape[1] != L:
+            hint = (
+                f"q of shape {tuple(like.shape)} looks like [B, L, H, head_dim] (its dim 1 has "
+                f"the {name}' {like.shape[1]} entries); attend reads [B, H, L, head_dim]: pass "
+                "q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2) and transpose the "
+                "output back"
+            )
+        raise ValueError(f"{name} must have shape [{L}] or [{B}, {L}], got {tuple(value.shape)}"
+                         + (f". {hint}" if hint else ""))
     return value
 
 
@@ -222,3 +234,41 @@ def check_embed_positions(x: Tensor, offset: object, positions: object) -> Tenso
             f"got {tuple(positions.shape)}"
         )
     return positions.to(x.device)
+
+
+def _document_ids_hint(value: object) -> str:
+    """A sentence naming the likely mistake when ``value``, refused as ``document_ids``, looks
+    like another description of a packed batch; ``""`` when it looks like neither.
+
+    - ``cu_seqlens`` (1-D, starting at 0, strictly increasing: FlashAttention's offsets): name
+      :func:`document_ids_from_lengths` and the varlen layout;
+    - ``position_ids`` (runs counting up by 1 that restart at the smallest value, at least one
+      restart and one step up): name :func:`document_ids_from_positions`.
+
+    The sentence starts with a capital and ends with a full stop; append it to an error's own
+    text (``f"{message}. {hint}"``). Meant for the error path only: it reads values (a host
+    sync) and returns ``""`` while compiling or for anything but a 1-D or 2-D integer tensor.
+    """
+    if not isinstance(value, Tensor) or is_compiling() or value.dim() not in (1, 2):
+        return ""
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        return ""
+    if value.shape[-1] < 2:
+        return ""
+    x = value.detach().to(torch.long)  # [L] or [B, L]
+    step = x[..., 1:] - x[..., :-1]  # [..., L - 1]
+    if x.dim() == 1 and int(x[0]) == 0 and bool((step > 0).all()):
+        return (
+            f"It looks like cu_seqlens (FlashAttention's offsets [0, n_1, n_1 + n_2, ...], here "
+            f"{len(x) - 1} sequence(s), {int(x[-1])} tokens in all): "
+            "posenc.document_ids_from_lengths(cu_seqlens.diff()) gives the document ids, or "
+            "pass cu_seqlens= with q, k, v in the [total, H, D] layout"
+        ) + "."
+    lo = int(x.min())
+    restart = step != 1  # [..., L - 1]
+    if lo >= 0 and bool(restart.any()) and bool((~restart).any()) and bool((x[..., 1:][restart] == lo).all()):
+        return (
+            f"It looks like position_ids (runs counting up by 1 that restart at {lo}): "
+            "posenc.document_ids_from_positions(position_ids) gives the document ids."
+        )
+    return ""

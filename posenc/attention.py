@@ -196,8 +196,13 @@ def attend(
     is zeros on every backend, as FlexAttention returns.
 
     GQA / MQA: ``H % H_kv == 0``; query head h reads kv head ``h // (H / H_kv)``; the cache
-    stores ``H_kv`` heads. With none of the options above (and default positions for a bias
-    scheme) this is the fast path: SDPA's ``is_causal`` or one cached ``[1, H, Lq, Lk]`` bias.
+    stores ``H_kv`` heads. Layout: ``[B, H, L, head_dim]``, never guessed. flash-attn's
+    ``[B, L, H, head_dim]`` with fewer kv heads is an error that names the transpose; with as
+    many kv heads as query heads the shapes cannot tell it, so give ``positions`` (whose ``L``
+    then matches dim 1, not dim 2: an error naming the transpose) or transpose first.
+
+    With none of the options above (and default positions for a bias scheme) this is the fast
+    path: SDPA's ``is_causal`` or one cached ``[1, H, Lq, Lk]`` bias.
     Otherwise ``sdpa`` and ``math`` get one boolean or float mask ``[B, H, Lq, Lk]`` built from
     the rule, and ``flex`` a ``BlockMask`` plus a ``score_mod`` (never an ``[Lq, Lk]`` tensor):
     use ``flex`` for long packed or windowed sequences on a GPU.
@@ -519,9 +524,14 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int,
             "the kv heads (grouped-query attention)"
         )
     if not own_keys and k.shape[-2] != Lq:
+        flash = q.shape[1] == k.shape[1] and k.shape[2] > 0 and Lq % k.shape[2] == 0
         raise ValueError(
             f"q and k must hold the same new tokens, got {Lq} and {k.shape[-2]}; "
             "earlier keys belong in the cache (or give key_positions for keys of their own)"
+            + (f". q {tuple(q.shape)} and k {tuple(k.shape)} look like [B, L, H, head_dim] "
+               f"(flash-attn's layout) with {Lq} query heads and {k.shape[2]} kv heads: attend "
+               "reads [B, H, L, head_dim]: pass q.transpose(1, 2), k.transpose(1, 2), "
+               "v.transpose(1, 2)" if flash else "")
         )
     return B, Lq
 
@@ -564,7 +574,7 @@ def _positions(
     if document_ids is not None:
         doc = check_rows("document_ids", document_ids, B, Lq, labels=True).to(q.device).expand(B, Lq)
     if positions is not None:
-        positions = check_rows("positions", positions, B, Lq, labels=False)
+        positions = check_rows("positions", positions, B, Lq, labels=False, like=q)
         if doc is not None:
             _check_runs(doc, cache)
         return positions.to(q.device, torch.long), k_pos, doc

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import check_bool, check_int, check_tensor, is_compiling
+from ._checks import _document_ids_hint, check_bool, check_int, check_tensor, is_compiling
 
 
 def _check_mask(name: str, mask: object) -> Tensor:
@@ -149,44 +149,6 @@ def document_ids_from_positions(position_ids: Tensor) -> Tensor:
                 "FlashAttention paths split such positions differently"
             )
     return new.long().cumsum(-1)
-
-
-def _document_ids_hint(value: object) -> str:
-    """A sentence naming the likely mistake when ``value``, refused as ``document_ids``, looks
-    like another description of a packed batch; ``""`` when it looks like neither.
-
-    - ``cu_seqlens`` (1-D, starting at 0, strictly increasing: FlashAttention's offsets): name
-      :func:`document_ids_from_lengths` and the varlen layout;
-    - ``position_ids`` (runs counting up by 1 that restart at the smallest value, at least one
-      restart and one step up): name :func:`document_ids_from_positions`.
-
-    The sentence starts with a capital and ends with a full stop; append it to an error's own
-    text (``f"{message}. {hint}"``). Meant for the error path only: it reads values (a host
-    sync) and returns ``""`` while compiling or for anything but a 1-D or 2-D integer tensor.
-    """
-    if not isinstance(value, Tensor) or is_compiling() or value.dim() not in (1, 2):
-        return ""
-    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-        return ""
-    if value.shape[-1] < 2:
-        return ""
-    x = value.detach().to(torch.long)  # [L] or [B, L]
-    step = x[..., 1:] - x[..., :-1]  # [..., L - 1]
-    if x.dim() == 1 and int(x[0]) == 0 and bool((step > 0).all()):
-        return (
-            f"It looks like cu_seqlens (FlashAttention's offsets [0, n_1, n_1 + n_2, ...], here "
-            f"{len(x) - 1} sequence(s), {int(x[-1])} tokens in all): "
-            "posenc.document_ids_from_lengths(cu_seqlens.diff()) gives the document ids, or "
-            "pass cu_seqlens= with q, k, v in the [total, H, D] layout"
-        ) + "."
-    lo = int(x.min())
-    restart = step != 1  # [..., L - 1]
-    if lo >= 0 and bool(restart.any()) and bool((~restart).any()) and bool((x[..., 1:][restart] == lo).all()):
-        return (
-            f"It looks like position_ids (runs counting up by 1 that restart at {lo}): "
-            "posenc.document_ids_from_positions(position_ids) gives the document ids."
-        )
-    return ""
 
 
 def document_ids_from_lengths(lengths: object) -> Tensor:

@@ -184,7 +184,9 @@ class RotaryEmbedding(RotaryTables):
     ``RotaryPositionalEmbeddings``, flash-attn, Meta's LLaMA code), and the output keeps that
     layout. The head count is the other dimension before ``head_dim``. A ``[B, L, H, head_dim]``
     tensor given to a module with the default ``seq_dim=-2`` is rotated by its head index: build
-    it with ``seq_dim=-3``.
+    it with ``seq_dim=-3``. With fewer kv heads than query heads that is an error; with as many,
+    the shapes cannot tell, so pass ``positions`` to have the layout checked (``positions``
+    whose ``L`` matches dim 1, not the sequence dim, is an error naming ``seq_dim=-3``).
 
     ``forward(q, k, positions=None, offset=0)``: positions default to ``offset + arange(L)``;
     pass ``positions [L]`` or ``[B, L]`` for per-sequence ids (left padding, KV caches), not

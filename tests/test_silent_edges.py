@@ -181,3 +181,40 @@ def test_8_tree_mask_through_the_adapter_equals_each_branch_alone(scheme):
                   position_ids=pos, past_key_values=cache)
     torch.testing.assert_close(step[:, [0, 2]], alone_a, **TOL)
     torch.testing.assert_close(step[:, [1, 3]], alone_b, **TOL)
+
+
+# --------------------------------------------------------------------------- 6/7. [B, L, H, D]
+
+B_, L_, H_, D_ = 2, 10, 4, 16
+
+
+def test_6_rotary_embedding_refuses_b_l_h_d_once_positions_are_given():
+    x = torch.randn(B_, L_, H_, D_)  # [B, L, H, D] with as many kv heads as query heads
+    pos = torch.arange(L_).expand(B_, L_)
+    with pytest.raises(ValueError, match=r"seq_dim=-3"):
+        posenc.RotaryEmbedding(D_)(x, x, positions=pos)
+    # the fix the message names, and the transpose, agree
+    q3, _ = posenc.RotaryEmbedding(D_, seq_dim=-3)(x, x, positions=pos)
+    q2, _ = posenc.RotaryEmbedding(D_)(x.transpose(1, 2), x.transpose(1, 2), positions=pos)
+    torch.testing.assert_close(q3, q2.transpose(1, 2))
+
+
+def test_7_attend_refuses_b_l_h_d_once_positions_are_given_and_names_gqa_layouts():
+    x = torch.randn(B_, L_, H_, D_)
+    pos = torch.arange(L_).expand(B_, L_)
+    with pytest.raises(ValueError, match=r"looks like \[B, L, H, head_dim\].*q\.transpose\(1, 2\)"):
+        posenc.attend(x, x, x, posenc.RoPE(D_), positions=pos)
+    kv = x[:, :, :2]  # grouped-query keys in the same layout
+    with pytest.raises(ValueError, match=r"flash-attn's layout\) with 4 query heads and 2 kv"):
+        posenc.attend(x, kv, kv, posenc.RoPE(D_))
+    t = x.transpose(1, 2)
+    fixed = posenc.attend(t, t, t, posenc.RoPE(D_), positions=pos)  # the transpose runs
+    assert fixed.shape == (B_, H_, L_, D_)
+
+
+def test_7b_cu_seqlens_given_as_document_ids_is_named():
+    cu, _ = posenc.cu_seqlens(posenc.document_ids_from_lengths([5, 3, 7, 2])[None])
+    q = torch.randn(1, 4, 17, 16)
+    with pytest.raises(ValueError, match=r"looks like cu_seqlens.*document_ids_from_lengths.*"
+                                         r"cu_seqlens="):
+        posenc.attend(q, q, q, None, document_ids=cu)

@@ -137,14 +137,20 @@ def attention_forward(
     rows = _layout(attention_mask, kwargs.get("position_ids"), B, Lq, Lk, query.device)
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
     if cu_q is not None or cu_k is not None:  # a packing collator's FlashAttention kwargs
-        rows = _rows_from_cu(cu_q, cu_k, attention_mask, rows, kwargs.get("position_ids"), B,
-                             Lq, Lk, query.device)
+        rows = _rows_from_cu(cu_q, cu_k, attention_mask, rows, B, Lq, Lk, query.device)
     sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
     causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", True)))
+    extra: dict[str, Any] = {"causal": causal, "backend": opts.backend, "dropout_p": float(dropout)}
+    if scaling is not None:
+        extra["scale"] = float(scaling)
+    if softcap is not None:
+        extra["softcap"] = float(softcap)
+    if sinks is not None:
+        extra["sink_logits"] = sinks
     rolling = kwargs.get(ROLLING_KWARG)
     if rolling is not None:  # a posenc.hf.SinkCache layer: its rolling KVCache and rule
-        return _attend_rolling(query, key, value, opts, rows, rolling, causal, sliding_window,
-                               scaling, softcap, sinks, float(dropout)), None
+        return _attend_rolling(query, key, value, opts.scheme, rows, rolling, sliding_window,
+                               extra), None
     if rows.cu_seqlens is not None and softcap is None and sinks is None and opts.backend != "flex" and (
             rows.restart or (opts.scheme is None and (rows.contiguous or sliding_window is None))):
         return _attend_packed(query, key, value, opts, rows, causal=causal, window=sliding_window,
@@ -152,50 +158,34 @@ def attention_forward(
     if (sliding_window is not None and rows.key_valid is not None and rows.key_valid.dim() == 2
             and not is_compiling()):
         _warn_on_holes(rows.key_valid, sliding_window)
-    extra: dict[str, Any] = {}
-    if scaling is not None:
-        extra["scale"] = float(scaling)
-    if softcap is not None:
-        extra["softcap"] = float(softcap)
-    if sinks is not None:
-        extra["sink_logits"] = sinks
     out = attend(
         query, key, value, opts.scheme, positions=rows.positions, key_positions=rows.key_positions,
         attention_mask=rows.key_valid, document_ids=rows.documents, window=sliding_window,
-        causal=causal, backend=opts.backend, dropout_p=float(dropout), **extra,
+        **extra,
     )  # [B, H, Lq, Dv]
     return out.transpose(1, 2).contiguous(), None
 
 
 def _attend_rolling(
-    q: Tensor, k: Tensor, v: Tensor, opts: _Options, rows: _Rows, cache: Any, causal: bool,
-    window: int | None, scale: float | None, softcap: float | None, sink_logits: Tensor | None,
-    dropout_p: float,
+    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme | None, rows: _Rows, cache: Any,
+    window: int | None, settings: dict[str, Any],
 ) -> Tensor:
     """A :class:`~posenc.hf.sink_cache.SinkCache` step: ``attend`` writes the new keys into the
     layer's rolling cache and applies its sinks-and-window rule; the mask function described
-    the new tokens only (their positions, and which are padding)."""
+    the new tokens only (their positions, and which are padding). ``settings``: attend's
+    ``causal``, ``backend``, ``dropout_p``, ``scale``, ``softcap``, ``sink_logits``."""
     if window is not None and window != cache.window:
         raise ValueError(
             f"this layer has sliding_window={window}, but posenc.hf.SinkCache(window="
             f"{cache.window}) imposes its own window: build the SinkCache with window={window}"
         )
-    if rows.documents is not None:
+    if rows.documents is not None or (rows.key_valid is not None and rows.key_valid.dim() != 2):
         raise ValueError(
-            "posenc.hf.SinkCache keeps each row's first keys, not each document's: pass "
-            "unpacked rows (no restarting position_ids) with it"
+            "posenc.hf.SinkCache keeps each row's first keys, not each document's or branch's: "
+            "pass unpacked rows (no restarting position_ids, no 4-D mask) with it"
         )
-    extra: dict[str, Any] = {}
-    if scale is not None:
-        extra["scale"] = float(scale)
-    if softcap is not None:
-        extra["softcap"] = float(softcap)
-    if sink_logits is not None:
-        extra["sink_logits"] = sink_logits
-    out = attend(
-        q, k, v, opts.scheme, positions=rows.positions, attention_mask=rows.key_valid,
-        cache=cache, causal=causal, backend=opts.backend, dropout_p=dropout_p, **extra,
-    )  # [B, H, Lq, Dv]
+    out = attend(q, k, v, scheme, positions=rows.positions, attention_mask=rows.key_valid,
+                 cache=cache, **settings)  # [B, H, Lq, Dv]
     return out.transpose(1, 2).contiguous()
 
 
@@ -224,8 +214,8 @@ def _unswapped(module: nn.Module) -> _Options:
 
 
 def _rows_from_cu(
-    cu_q: Any, cu_k: Any, mask: Any, rows: _Rows, position_ids: Tensor | None, B: int,
-    Lq: int, Lk: int, device: torch.device,
+    cu_q: Any, cu_k: Any, mask: Any, rows: _Rows, B: int, Lq: int, Lk: int,
+    device: torch.device,
 ) -> _Rows:
     """Documents from a packing collator's ``cu_seq_lens_q/k`` (FlashAttention's varlen
     offsets over the flattened batch), as transformers' FlashAttention path reads them when no
