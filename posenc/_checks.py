@@ -120,7 +120,8 @@ def check_rows(
     rows_ok = value.dim() == 1 or (value.dim() == 2 and (value.shape[0] == 1 or value.shape[0] == B))
     if not rows_ok or value.shape[-1] != L:
         hint = _document_ids_hint(value) if labels else ""
-        if like is not None and like.dim() == 4 and value.shape[-1] == like.shape[1] != L:
+        if (like is not None and like.dim() == 4 and value.dim() == 2
+                and value.shape[-1] == like.shape[1] != L):  # [B, L] rows for [B, L, H, D]
             hint = (
                 f"q of shape {tuple(like.shape)} looks like [B, L, H, head_dim] (its dim 1 has "
                 f"the {name}' {like.shape[1]} entries); attend reads [B, H, L, head_dim]: pass "

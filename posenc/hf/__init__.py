@@ -14,7 +14,7 @@ model's attention).
 * :func:`~posenc.hf.extend.extend_context`: a copy of a config whose RoPE reaches a
   longer context the way transformers reads it (YaRN, Llama 3, linear, dynamic), keeping the
   model's own scaling and every field under ``rope_parameters``.
-* :class:`SinkCache` (:mod:`posenc.hf.sink_cache`): StreamingLLM's sinks plus a window as a
+* :class:`SinkCache` (``posenc.hf.sink_cache``): StreamingLLM's sinks plus a window as a
   transformers ``Cache`` for ``generate``, on posenc's rolling ``KVCache``.
 """
 
