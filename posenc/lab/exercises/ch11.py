@@ -457,7 +457,7 @@ def check_merge_partials(fn: Callable[[list[Tensor], list[Tensor]], tuple[Tensor
                 if torch.allclose(got.float(), mean, atol=1e-5, rtol=1e-4):
                     hint = say(lang, en="a plain average of the blocks' outputs: weight block j "
                                "by its share of the softmax mass, exp(lse_j - lse)",
-                               zh="这是各块输出的简单平均：应按块 j 在 softmax 总质量中的份额 "
+                               zh="这是各块输出的简单平均：应按块 j 在 softmax 总概率质量中的份额 "
                                "exp(lse_j - lse) 加权")
             return fail(hint, setting, lang)
         finite = torch.isfinite(full_lse)
