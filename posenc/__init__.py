@@ -12,12 +12,13 @@ import sys
 import types
 
 from .alibi import alibi_bias, alibi_bias_padded, alibi_score_mod, alibi_slopes
-from .attention import MultiHeadAttention, attend, causal_block_mask, causal_mask
+from .attention import MultiHeadAttention, attend
 from .axial import axial_rope_cos_sin
 from .cache import KVCache, LayerCaches, streaming_keep
 from .device import default_device
 from .explain import RopeIssue, RopeReport, explain
 from .learned import LearnedPositionalEmbedding
+from .masks import causal_block_mask, causal_mask
 from .mla import mla_rope
 from .mrope import mrope_cos_sin, mrope_position_ids
 from .positions import (

@@ -20,14 +20,12 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import (
-    check_device,
     check_float,
     check_int,
     check_rows,
@@ -37,32 +35,18 @@ from ._checks import (
 )
 from .alibi import _check_bool
 from .cache import KVCache
-from .masks import FLEX_BLOCK, Visibility, block_visibility, dense_visibility
+from .masks import (  # noqa: F401  (causal_mask, causal_block_mask: re-exported)
+    Visibility,
+    block_visibility,
+    causal_block_mask,
+    causal_mask,
+    dense_visibility,
+)
 from .positions import _check_mask, packed_positions
 from .rolling_cache import check_rule
 from .schemes import NoPE, PositionScheme, _a_class, make_scheme
 
 BACKENDS = ("sdpa", "math", "flex")
-
-
-def _check_lengths(q_len: object, k_len: object) -> tuple[int, int]:
-    q_len = check_int("q_len", q_len, minimum=0)
-    k_len = check_int("k_len", k_len, minimum=0)
-    if q_len > k_len:
-        raise ValueError(
-            f"q_len must be <= k_len={k_len} (queries are the last k_len keys), got {q_len}"
-        )
-    return q_len, k_len
-
-
-def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
-    """Boolean ``[q_len, k_len]``, True where query ``i`` (at absolute ``k_len - q_len + i``)
-    may see key ``j``. (SDPA's own ``is_causal`` aligns queries to the *first* keys, which is
-    wrong for a KV cache, so it is used only when ``q_len == k_len``.)"""
-    q_len, k_len = _check_lengths(q_len, k_len)
-    device = check_device("device", device, available=True)
-    i = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # [Lq, 1]
-    return torch.arange(k_len, device=device)[None, :] <= i  # [Lq, Lk]
 
 
 _compiled_flex: Callable | None = None
@@ -80,41 +64,6 @@ def _autocast(device_type: str) -> bool:
         return torch.is_autocast_enabled(device_type)
     except TypeError:  # torch < 2.4 takes no device type
         return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
-
-
-def causal_block_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Any:
-    """A FlexAttention ``BlockMask`` for a causal mask with queries at the end of the keys.
-
-    Built tile by tile from ``[Lq / 128, Lk / 128]`` block tables, so it never evaluates the
-    mask on the full ``[Lq, Lk]`` grid (``create_block_mask`` in eager mode does, with int64
-    index tensors of that size).
-    """
-    from torch.nn.attention.flex_attention import BlockMask
-
-    q_len, k_len = _check_lengths(q_len, k_len)
-    if not is_compiling():
-        device = check_device("device", device, available=True)
-    off, n = k_len - q_len, FLEX_BLOCK
-    q_lo = torch.arange(0, q_len, n, device=device) + off  # [Nq] first query position per tile
-    q_hi = (q_lo - off + n).clamp(max=q_len) - 1 + off  # [Nq] last query position per tile
-    k_lo = torch.arange(0, k_len, n, device=device)  # [Nk]
-    k_hi = (k_lo + n).clamp(max=k_len) - 1  # [Nk]
-    full = k_hi[None, :] <= q_lo[:, None]  # [Nq, Nk] every key visible to every query
-    partial = (k_lo[None, :] <= q_hi[:, None]) & ~full  # [Nq, Nk] the diagonal tiles
-
-    def table(sel: Tensor) -> tuple[Tensor, Tensor]:
-        counts = sel.sum(-1, dtype=torch.int32)  # [Nq]
-        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)  # selected first
-        return counts[None, None], order[None, None]  # [1, 1, Nq], [1, 1, Nq, Nk]
-
-    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return q_idx + off >= kv_idx
-
-    kv_num, kv_idx = table(partial)
-    full_num, full_idx = table(full)
-    return BlockMask.from_kv_blocks(
-        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=n, mask_mod=mask_mod, seq_lengths=(q_len, k_len)
-    )
 
 
 def _flex_fn() -> Callable | None:
