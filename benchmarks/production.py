@@ -346,7 +346,7 @@ def _largest_in_mask(fn) -> tuple[int, tuple]:
     for sdpa/math, ``block_visibility``, the ``BlockMask``, for flex): run ``fn`` with both
     wrapped in :class:`Largest` (the compiled flex kernel itself cannot run under a dispatch
     mode; it allocates only its output and log-sum-exp)."""
-    import posenc.attention as A
+    import posenc.backends as A
 
     rec = Largest()
     saved = A.dense_visibility, A.block_visibility

@@ -7,6 +7,10 @@ for a wrong type) whose message names the argument, the value received and what 
 from __future__ import annotations
 
 import numbers
+import os
+import sys
+import warnings
+from types import FrameType
 
 import torch
 from torch import Tensor
@@ -273,3 +277,24 @@ def _document_ids_hint(value: object) -> str:
             "posenc.document_ids_from_positions(position_ids) gives the document ids."
         )
     return ""
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` at the first frame outside the ``posenc`` package: the caller's line,
+    however deep in the library the warning is given."""
+    frame: FrameType | None = sys._getframe(1)
+    level = 2  # warn_caller's caller
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def check_dropout(name: str, value: object) -> float:
+    """A probability of dropping an attention weight: a real number in ``[0, 1]``."""
+    value = check_float(name, value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+    return value

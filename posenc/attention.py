@@ -9,92 +9,46 @@ Backends: ``"sdpa"`` (``torch.nn.functional.scaled_dot_product_attention``, the 
 ``"math"`` (the written-out ``softmax(q k^T / sqrt(d) + b) v``, for teaching and tests) and
 ``"flex"`` (``torch.nn.attention.flex_attention`` with the scheme's ``score_mod`` and a
 ``BlockMask`` of the visibility rule, compiled with ``torch.compile`` so that no ``[L, L]`` bias
-or mask is ever built; Dong et al., 2024). Where
-FlexAttention is missing (torch < 2.5) ``"flex"`` warns once and falls back to ``"sdpa"``.
-Masks use ``-inf`` through SDPA, never ``masked_fill(-1e9)``, which overflows in float16.
+or mask is ever built; Dong et al., 2024). The kernels, and the one table of which backend
+runs a call and why (:func:`~posenc.backends.effective_backend`), are in :mod:`posenc.backends`.
 """
 
 from __future__ import annotations
-
-import math
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import varlen
 from ._checks import (
-    check_float,
+    check_dropout,
     check_int,
     check_rows,
     check_tensor,
     check_window,
     is_compiling,
+    warn_caller,
 )
 from .alibi import _check_bool
+from .backends import (  # noqa: F401  (BACKENDS, CAUSAL_CHUNK: re-exported)
+    BACKENDS,
+    CAUSAL_CHUNK,
+    RuleFacts,
+    check_sinks,
+    check_softmax,
+    run_by_rule,
+    run_fast,
+    run_one_query,
+)
 from .cache import KVCache
 from .masks import (  # noqa: F401  (causal_mask, causal_block_mask: re-exported)
     Visibility,
-    block_visibility,
     causal_block_mask,
     causal_mask,
-    dense_visibility,
 )
 from .positions import _check_mask, packed_positions
 from .rolling_cache import check_rule
 from .schemes import NoPE, PositionScheme, _a_class, make_scheme
-
-BACKENDS = ("sdpa", "math", "flex")
-
-
-_compiled_flex: Callable | None = None
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        warnings.warn(message, stacklevel=4)
-        _warned.add(key)
-
-
-def _autocast(device_type: str) -> bool:
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except TypeError:  # torch < 2.4 takes no device type
-        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
-
-
-def _flex_fn() -> Callable | None:
-    """FlexAttention, compiled once (called as is inside a compiled region); ``None`` where this
-    torch has none."""
-    global _compiled_flex
-    try:
-        from torch.nn.attention.flex_attention import flex_attention
-    except ImportError:
-        _warn_once("import", f"backend='flex' needs torch >= 2.5 (this is {torch.__version__}); using 'sdpa'")
-        return None
-    if is_compiling():
-        return flex_attention
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
-    return _compiled_flex
-
-
-def _flex_usable(q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme) -> bool:
-    grads = any(t.requires_grad for t in (q, k, v)) or any(p.requires_grad for p in scheme.parameters())
-    needs_grad = torch.is_grad_enabled() and grads
-    if needs_grad and q.device.type == "cpu":
-        _warn_once("cpu-grad", "FlexAttention has no backward on CPU; using 'sdpa' while training")
-        return False
-    return True
-
-
-def _repeat_kv(t: Tensor, groups: int) -> Tensor:
-    """``[B, H_kv, T, D] -> [B, H_kv * groups, T, D]``: query head ``h`` reads kv head
-    ``h // groups`` (transformers' ``repeat_kv``)."""
-    return t if groups == 1 else t.repeat_interleave(groups, dim=1)
 
 
 def attend(
@@ -204,7 +158,8 @@ def attend(
     if rolling:  # the cache holds the sinks and the last W keys: the rule is its own
         assert cache is not None
         window, sinks = _rolling_rule(cache, window, sinks, document_ids, attention_mask)
-    scores = _check_scores(q, window, sinks, scale, softcap, sink_logits)
+    check_sinks(window, sinks)
+    softmax = check_softmax(q, scale, softcap, sink_logits, dropout_p)
     heads = scheme.num_heads
     if heads is not None and heads != q.shape[1]:
         raise ValueError(
@@ -247,14 +202,16 @@ def attend(
             key_valid = written[None] if key_valid is None else key_valid & written
     evicted = cache is not None and cache.evicted
     if (Lq == 1 and attention_mask is None and doc is None and (window is None or causal)
-            and k_pos is None and pair is None and not scores.rule_only and not scheme.has_bias
+            and k_pos is None and pair is None and softmax.plain and not scheme.has_bias
             and backend != "flex"):  # a decode step without a bias: no [Lq, Lk] rule to build
-        return _attend_one_query(q, k, v, key_valid, backend, dropout_p, scores,
-                                 _near(q_pos, keys_pos, window, sinks))
+        near = _near(q_pos, keys_pos, window, sinks)  # [1 | B, Lk] or None
+        if near is not None:
+            key_valid = near if key_valid is None else key_valid & near
+        return run_one_query(q, k, v, key_valid, backend, softmax)
     if (key_valid is None and doc is None and window is None and k_pos is None and not evicted
-            and pair is None and not scores.rule_only
+            and pair is None and softmax.plain
             and not (positions is not None and scheme.has_bias)):
-        return _attend_fast(q, k, v, scheme, causal, backend, dropout_p, scores.scale)
+        return run_fast(q, k, v, scheme, causal, backend, softmax)
     if pair is not None and written is not None and pair.shape[-1] < k.shape[-2]:
         pair = F.pad(pair, (0, k.shape[-2] - pair.shape[-1]), value=False)  # unwritten slots
     rule = Visibility(
@@ -269,8 +226,7 @@ def attend(
     # a query sees its own key unless padding or keys of their own hide it: only then can a
     # row see no key (the written slots of a static cache include the query's own)
     may_be_empty = attention_mask is not None or k_pos is not None or pair is not None
-    return _attend_by_rule(q, k, v, scheme, rule, backend, dropout_p, index_bias, may_be_empty,
-                           scores)
+    return run_by_rule(q, k, v, scheme, rule, softmax, backend, RuleFacts(index_bias, may_be_empty))
 
 
 def _rolling_rule(
@@ -303,71 +259,6 @@ def _near(q_pos: Tensor, keys_pos: Tensor, window: int | None, sinks: int | None
     if sinks:
         near = near | (keys_pos < sinks)  # the attention sinks
     return near if near.dim() == 2 else near[None]  # [1 | B, Lk]
-
-
-def _attend_one_query(
-    q: Tensor, k: Tensor, v: Tensor, key_valid: Tensor | None, backend: str, dropout_p: float,
-    scores: _Scores, near: Tensor | None = None,
-) -> Tensor:
-    """A decode step of one query after every key, with no bias: causality and an eviction
-    change nothing, so the rule is which keys are real (padding the cache remembers, a static
-    cache's written slots) and, with a window, ``near`` (both ``[1 | B, Lk]``): no
-    ``[B, 1, Lq, Lk]`` rule to build. The query's own key is real (no mask was given) and
-    near, so no row is empty."""
-    if near is not None:
-        key_valid = near if key_valid is None else key_valid & near  # [1 | B, Lk]
-    mask = None if key_valid is None else key_valid[:, None, None, :]  # [1 | B, 1, 1, Lk]
-    if backend == "math":
-        return _math(q, k, v, None, mask, dropout_p, scores)
-    return _sdpa(q, k, v, mask, dropout_p, q.shape[1] != k.shape[1], scale=scores.scale)
-
-
-@dataclass(frozen=True)
-class _Scores:
-    """How scores are formed besides the scheme: the factor on ``q k^T``, Gemma 2's cap and
-    gpt-oss's per-head sink logit (checked, on q's device)."""
-
-    scale: float | None = None
-    softcap: float | None = None
-    sink_logits: Tensor | None = None  # [H]
-
-    @property
-    def rule_only(self) -> bool:
-        return self.softcap is not None or self.sink_logits is not None
-
-
-_NO_SCORES = _Scores()
-
-
-def _check_scores(
-    q: Tensor, window: int | None, sinks: object, scale: object, softcap: object, sink_logits: object
-) -> _Scores:
-    """Check ``sinks`` (against ``window``), ``scale``, ``softcap`` and ``sink_logits``."""
-    if sinks is None and scale is None and softcap is None and sink_logits is None:
-        return _NO_SCORES
-    if sinks is not None:
-        sinks = check_int("sinks", sinks, minimum=0)
-        if window is None and sinks:
-            raise ValueError(
-                f"sinks={sinks} keeps the first {sinks} positions visible beside a sliding "
-                "window: give window=W too (without a window every earlier key is visible)"
-            )
-    scale = None if scale is None else check_float("scale", scale, positive=True)
-    softcap = None if softcap is None else check_float("softcap", softcap, positive=True)
-    if sink_logits is not None:
-        check_tensor("sink_logits", sink_logits, floating=True)
-        assert isinstance(sink_logits, Tensor)
-        if tuple(sink_logits.shape) != (q.shape[1],):
-            raise ValueError(
-                f"sink_logits must have shape [{q.shape[1]}] (one logit per query head), got "
-                f"{tuple(sink_logits.shape)}"
-            )
-        if not is_compiling() and bool((sink_logits.isnan() | (sink_logits == float("inf"))).any()):
-            raise ValueError(
-                f"sink_logits must be finite or -inf (no sink), got {sink_logits.tolist()}"
-            )
-        sink_logits = sink_logits.to(q.device)
-    return _Scores(scale, softcap, sink_logits)
 
 
 def _pair_mask(mask: Tensor, cache: KVCache | None, B: int, Lq: int, Lk_new: int) -> Tensor:
@@ -421,9 +312,7 @@ def _varlen(
             "positions restart at 0 in each sequence and each sequence sees only itself; for "
             "those options use [B, H, L, D] with document_ids"
         )
-    from .varlen import attend_varlen  # varlen imports this module
-
-    return attend_varlen(
+    return varlen.attend_varlen(
         q, k, v, scheme, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, causal=causal,
         window=window, scale=scale, backend=backend, dropout_p=dropout_p,
     )
@@ -440,11 +329,10 @@ def _warn_hidden(keys_pos: Tensor, q_pos: Tensor, window: int, sinks: int | None
         shown = sorted(set(keys_pos[hidden].tolist()))
         more = ", ..." if len(shown) > 8 else ""
         count = int(hidden.reshape(-1, hidden.shape[-1]).any(0).sum())  # slots, over the rows
-        warnings.warn(
+        warn_caller(
             f"the cache holds {count} key(s) that window={window} hides from every "
             f"query (positions {str(shown[:8])[1:-1]}{more}): kept attention "
-            "sinks? pass sinks=S so the rule shows them, or evict them",
-            stacklevel=3,
+            "sinks? pass sinks=S so the rule shows them, or evict them"
         )
 
 
@@ -502,7 +390,7 @@ def _check_options(
         causal if type(causal) is bool else _check_bool("causal", causal),
         None if window is None else check_window("window", window),
         dropout_p if type(dropout_p) is float and 0.0 <= dropout_p <= 1.0
-        else _check_dropout("dropout_p", dropout_p),
+        else check_dropout("dropout_p", dropout_p),
     )
 
 
@@ -642,226 +530,6 @@ def _key_valid(
     return key_valid.to(device)
 
 
-def _attend_by_rule(
-    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, rule: Visibility, backend: str,
-    dropout_p: float, index_bias: bool, may_be_empty: bool = True, scores: _Scores = _NO_SCORES,
-) -> Tensor:
-    """Attention under a visibility rule: FlexAttention with a ``BlockMask`` and ``score_mod``,
-    or one dense mask for SDPA / the written-out softmax. A row that sees no key is zeros
-    (``may_be_empty=False``: the caller knows every row sees a key, skip the test)."""
-    H, gqa = q.shape[1], q.shape[1] != k.shape[1]
-    if backend == "flex" and scores.sink_logits is not None:
-        _warn_once("flex-sink", "backend='flex' with sink_logits: FlexAttention's log-sum-exp is "
-                   "not compiled on CPU, so these calls run on 'sdpa' (an extra key per head)")
-    elif backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
-        fn = _flex_fn()
-        if fn is not None:
-            return _flex_by_rule(fn, q, k, v, scheme, rule, scores, gqa)
-    allowed = dense_visibility(rule)  # [B, 1, Lq, Lk]
-    empty = ~allowed.any(-1, keepdim=True) if may_be_empty else None  # [B, 1, Lq, 1]
-    if empty is not None:
-        allowed = allowed | empty  # a row that sees no key attends to every key, then is zeroed
-    bias = _rule_bias(scheme, rule, H, q.shape[-2], k.shape[-2], index_bias)  # [B | 1, H, Lq, Lk]
-    if backend == "math" or scores.softcap is not None:  # SDPA cannot cap its scores
-        out = _math(q, k, v, bias, allowed, dropout_p, scores)
-    else:
-        mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
-        if scores.sink_logits is not None:
-            out = _sdpa_sink(q, k, v, mask, dropout_p, gqa, scores)
-        else:
-            out = _sdpa(q, k, v, mask, dropout_p, gqa, scale=scores.scale)
-    return out if empty is None else out.masked_fill(empty, 0.0)  # [B, H, Lq, Dv]
-
-
-def _math(
-    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, allowed: Tensor | None,
-    dropout_p: float, scores: _Scores,
-) -> Tensor:
-    """The written-out softmax: ``q k^T * scale``, capped, plus the bias, masked, with the sink
-    logit in the denominator."""
-    g = q.shape[1] // k.shape[1]
-    s = q @ _repeat_kv(k, g).transpose(-2, -1)  # [B, H, Lq, Lk]
-    s = s / math.sqrt(q.shape[-1]) if scores.scale is None else s * scores.scale
-    if scores.softcap is not None:
-        s = torch.tanh(s.float() / scores.softcap) * scores.softcap
-    if bias is not None:
-        s = s + bias
-    if allowed is not None:
-        s = s.masked_fill(~allowed, float("-inf"))
-    if scores.sink_logits is not None:
-        sink = scores.sink_logits.float()[None, :, None, None].expand(*s.shape[:-1], 1)
-        probs = torch.cat([s.float(), sink], dim=-1).softmax(dim=-1)[..., :-1]  # sink dropped
-    else:
-        probs = s.float().softmax(dim=-1)
-    probs = F.dropout(probs, p=dropout_p).to(q.dtype)
-    return probs @ _repeat_kv(v, g)  # [B, H, Lq, Dv]
-
-
-def _sdpa_sink(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, gqa: bool, scores: _Scores
-) -> Tensor:
-    """SDPA with gpt-oss's sink logit: one extra key whose score is 0 plus the head's logit in
-    the float mask, and whose value is 0, so it only adds to the denominator."""
-    assert scores.sink_logits is not None
-    B, H, Lq = q.shape[0], q.shape[1], q.shape[-2]
-    if mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
-    mask = mask.expand(B, H, Lq, -1)  # [B, H, Lq, Lk]
-    sink = scores.sink_logits.to(q.dtype)[None, :, None, None].expand(B, H, Lq, 1)
-    mask = torch.cat([mask, sink], dim=-1)  # [B, H, Lq, Lk + 1]
-    k = torch.cat([k, k.new_zeros(*k.shape[:-2], 1, k.shape[-1])], dim=-2)
-    v = torch.cat([v, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], dim=-2)
-    return _sdpa(q, k, v, mask, dropout_p, gqa, scale=scores.scale)
-
-
-def _flex_by_rule(
-    fn: Callable, q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, rule: Visibility,
-    scores: _Scores, gqa: bool,
-) -> Tensor:
-    """FlexAttention under the rule: the scheme's ``score_mod`` after the cap."""
-    score_mod = scheme.position_score_mod(rule.q_pos, rule.k_pos, causal=rule.causal)
-    if score_mod is None and scheme.has_bias:
-        raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
-    score_mod = _capped(score_mod, scores.softcap)
-    block_mask = block_visibility(rule, q.shape[1])
-    return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scores.scale,
-              enable_gqa=gqa)
-
-
-def _capped(score_mod: Callable | None, softcap: float | None) -> Callable | None:
-    """``score_mod`` applied after Gemma 2's cap ``c * tanh(s / c)``."""
-    if softcap is None:
-        return score_mod
-
-    def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        score = torch.tanh(score / softcap) * softcap
-        return score if score_mod is None else score_mod(score, b, h, q_idx, kv_idx)
-
-    return capped
-
-
-def _rule_bias(
-    scheme: PositionScheme, rule: Visibility, H: int, Lq: int, Lk: int, index_bias: bool
-) -> Tensor | None:
-    """The scheme's float32 bias from the rule's positions, ``[B | 1, H, Lq, Lk]`` or None."""
-    bias = scheme.position_bias(rule.q_pos, rule.k_pos, causal=rule.causal)  # [B, H, Lq, Lk]
-    if bias is None and scheme.has_bias:  # a scheme with an index-only bias(q_len, k_len)
-        if not index_bias:
-            raise ValueError(
-                f"scheme {scheme.name!r} defines bias(q_len, k_len) but not position_bias, so it "
-                "cannot follow key_positions, a static cache or an evicting cache"
-            )
-        index = scheme.bias(Lq, Lk, causal=rule.causal)  # [H, Lq, Lk]
-        if index is not None:
-            bias = index[None].to(torch.float32)  # [1, H, Lq, Lk]
-    if bias is not None and bias.shape[1] not in (1, H):
-        raise ValueError(f"scheme {scheme.name!r} has a bias for {bias.shape[1]} heads but q has {H} heads")
-    return bias
-
-
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, gqa: bool,
-          is_causal: bool = False, scale: float | None = None) -> Tensor:
-    """SDPA with grouped-query heads (``enable_gqa`` where torch has it, else repeated k/v)."""
-    if gqa:
-        if _HAS_GQA:
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=True,
-                scale=scale,
-            )
-        g = q.shape[1] // k.shape[1]
-        k, v = _repeat_kv(k, g), _repeat_kv(v, g)
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-    )
-
-
-_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
-
-
-def _attend_fast(
-    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, causal: bool, backend: str,
-    dropout_p: float, scale: float | None = None,
-) -> Tensor:
-    """No padding, documents, window or moved keys: SDPA's ``is_causal`` or the scheme's cached
-    ``[1, H, Lq, Lk]`` bias (queries are the last ``Lq`` keys, so every row sees a key)."""
-    q_len, k_len, gqa = q.shape[-2], k.shape[-2], q.shape[1] != k.shape[1]
-    if backend == "flex" and dropout_p == 0.0 and _flex_usable(q, k, v, scheme):
-        score_mod = scheme.score_mod(k_len - q_len)
-        if score_mod is None and scheme.has_bias:  # e.g. T5: the bias from default positions
-            B = q.shape[0]
-            q_pos = torch.arange(k_len - q_len, k_len, device=q.device).expand(B, q_len)
-            score_mod = scheme.position_score_mod(
-                q_pos, torch.arange(k_len, device=q.device).expand(B, k_len), causal=causal
-            )
-        if score_mod is None and scheme.has_bias:
-            raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
-        fn = _flex_fn()
-        if fn is not None:
-            block_mask = causal_block_mask(q_len, k_len, q.device) if causal else None
-            return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
-                      enable_gqa=gqa)
-
-    mask = scheme.attn_mask(q_len, k_len, causal=causal, dtype=q.dtype, device=q.device)
-    if mask is not None and mask.shape[1] not in (1, q.shape[1]):  # [1, H, Lq, Lk]
-        raise ValueError(
-            f"scheme {scheme.name!r} has a bias for {mask.shape[1]} heads but q has {q.shape[1]} heads"
-        )
-    if backend == "math":
-        g = q.shape[1] // k.shape[1]
-        scores = q @ _repeat_kv(k, g).transpose(-2, -1)  # [B, H, Lq, Lk]
-        scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
-        if mask is not None:
-            scores = scores + mask
-        elif causal:
-            scores = scores.masked_fill(~causal_mask(q_len, k_len, q.device), float("-inf"))
-        probs = F.dropout(scores.softmax(dim=-1), p=dropout_p)
-        return probs @ _repeat_kv(v, g)
-
-    if mask is None:
-        if causal and q_len == k_len:
-            return _sdpa(q, k, v, None, dropout_p, gqa, is_causal=True, scale=scale)
-        mask = causal_mask(q_len, k_len, q.device) if causal else None  # [Lq, Lk] bool
-    elif (
-        causal and q.device.type == "cpu" and q_len >= 2 * CAUSAL_CHUNK and not is_compiling()
-        and torch.get_num_threads() == 1
-    ):
-        g = q.shape[1] // k.shape[1]
-        return _sdpa_causal_chunks(q, _repeat_kv(k, g), _repeat_kv(v, g), mask, dropout_p, scale)
-    return _sdpa(q, k, v, mask, dropout_p, gqa, scale=scale)
-
-CAUSAL_CHUNK = 128
-
-
-def _sdpa_causal_chunks(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, scale: float | None = None
-) -> Tensor:
-    """SDPA with a causal float mask, one block of queries at a time against the keys up to the
-    block's last query: the keys after it are ``-inf`` anyway. SDPA's CPU kernel skips the
-    future only with ``is_causal``, which takes no bias; this skips it for a biased mask, about
-    half the work for a long pass (blocks of ``max(128, Lq // 8)`` queries). Used with one
-    thread only: with two threads on a busy 2-core machine every extra SDPA call is another
-    point where one thread waits for the other, and the blocks measured 1.4-2.4x slower than
-    one call (benchmarks/README.md)."""
-    q_len, k_len = q.shape[-2], k.shape[-2]
-    off, chunk = k_len - q_len, max(CAUSAL_CHUNK, q_len // 8)
-    out = []
-    for s in range(0, q_len, chunk):
-        e = min(s + chunk, q_len)
-        ke = off + e  # keys visible to the block's last query
-        out.append(F.scaled_dot_product_attention(
-            q[:, :, s:e], k[:, :, :ke], v[:, :, :ke], attn_mask=mask[..., s:e, :ke], dropout_p=dropout_p,
-            scale=scale,
-        ))  # [B, H, e - s, Dh]
-    return torch.cat(out, dim=-2)  # [B, H, Lq, Dh]
-
-
-def _check_dropout(name: str, value: object) -> float:
-    value = check_float(name, value)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value}")
-    return value
-
-
 _NOPE = NoPE()
 _layers_made = 0
 
@@ -919,7 +587,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.head_dim = dim // num_heads
         self.causal, self.backend = _check_bool("causal", causal), backend
-        self.dropout = _check_dropout("dropout", dropout)
+        self.dropout = check_dropout("dropout", dropout)
         self.scheme = make_scheme(scheme, dim=dim, num_heads=num_heads, max_len=max_len, causal=causal)
         heads = getattr(self.scheme, "num_heads", None)
         if heads is not None and heads != num_heads:
@@ -971,7 +639,9 @@ class MultiHeadAttention(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape [B, L, {self.dim}], got {tuple(x.shape)}")
         w = self.qkv.weight
-        if x.dtype != w.dtype and not _autocast(x.device.type):  # autocast mixes them on purpose
+        if x.dtype != w.dtype and not torch.is_autocast_enabled(
+            x.device.type
+        ):  # autocast mixes them on purpose
             raise TypeError(
                 f"x must have the layer's dtype {w.dtype}, got {x.dtype}; cast one of them "
                 f"(x.to({w.dtype}) or layer.to({x.dtype}))"

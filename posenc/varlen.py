@@ -40,16 +40,35 @@ from __future__ import annotations
 
 import importlib
 import math
-import warnings
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_bool, check_float, check_int, check_tensor, check_window, is_compiling
-from .attention import BACKENDS, CAUSAL_CHUNK, attend
-from .positions import _document_ids_hint, document_ids_from_lengths
+from ._checks import (
+    check_bool,
+    check_dropout,
+    check_float,
+    check_int,
+    check_tensor,
+    check_window,
+    is_compiling,
+    warn_caller,
+)
+from .backends import (
+    BACKENDS,
+    PLAIN,
+    RuleFacts,
+    Softmax,
+    chunks_pay,
+    run_by_rule,
+    sdpa,
+    sdpa_causal_chunks,
+    square_mask,
+)
+from .backends import math as written_out
+from .masks import Visibility
+from .positions import _document_ids_hint, document_ids_from_lengths, packed_positions
 from .schemes import ALiBi, PositionScheme, _check_scheme
 
 _flash: list[Callable | None] = []  # [flash_attn_varlen_func or None], filled on first use
@@ -64,9 +83,8 @@ def _flash_varlen() -> Callable | None:
             fn = importlib.import_module("flash_attn").flash_attn_varlen_func
         except ImportError as err:
             if not isinstance(err, ModuleNotFoundError) or err.name != "flash_attn":
-                warnings.warn(
-                    f"flash_attn is installed but does not load ({err}); attend_varlen uses SDPA",
-                    stacklevel=3,
+                warn_caller(
+                    f"flash_attn is installed but does not load ({err}); attend_varlen uses SDPA"
                 )
         _flash.append(fn)
     return _flash[0]
@@ -197,9 +215,7 @@ def _check_options(
     checked = _check_scheme(scheme)
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    dropout_p = check_float("dropout_p", dropout_p)
-    if not 0.0 <= dropout_p <= 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1], got {dropout_p}")
+    dropout_p = check_dropout("dropout_p", dropout_p)
     return (
         checked,
         check_bool("causal", causal),
@@ -352,11 +368,16 @@ def _flex(
     if scale is not None:
         q = q * (scale * math.sqrt(q.shape[-1]))
     doc = document_ids_from_lengths(torch.tensor(lengths, device=q.device))[None]  # [1, total]
-    out = attend(
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], scheme,
-        document_ids=doc, causal=causal, window=window, backend="flex", dropout_p=dropout_p,
-    )  # [1, H, total, Dv]
-    return out[0].transpose(0, 1)
+    pos = packed_positions(doc)  # [1, total]
+    q4, k4 = scheme.rotate(q.transpose(0, 1)[None], k.transpose(0, 1)[None], pos)  # [1, H, total, D]
+    total = q.shape[0]
+    rule = Visibility(
+        q_pos=pos, k_pos=pos, q_slot=torch.arange(total, device=q.device), causal=causal,
+        by_position=False, window=window, key_valid=None, q_doc=doc, k_doc=doc,
+    )  # attend's rule for these documents: every row sees its own key
+    out = run_by_rule(q4, k4, v.transpose(0, 1)[None], scheme, rule, Softmax(dropout_p=dropout_p)
+                      if dropout_p else PLAIN, "flex", RuleFacts(index_bias=True, may_be_empty=False))
+    return out[0].transpose(0, 1)  # [total, H, Dv]
 
 
 def _groups(lengths: list[int]) -> dict[int, list[int]]:
@@ -388,15 +409,7 @@ def _group_mask(
     None (no bias, no window: ``is_causal`` or nothing)."""
     if window is not None and window >= n:
         window = None  # the whole sequence fits in the window
-    mask = None
-    if scheme.has_bias:
-        mask = scheme.attn_mask(n, n, causal=causal, dtype=dtype, device=device)  # [1, H, n, n]
-        if mask is None:  # a scheme whose bias is written from positions only
-            p = torch.arange(n, device=device)[None]  # [1, n]
-            bias = scheme.position_bias(p, p, causal=causal)  # [1, H, n, n] or None
-            if bias is not None:
-                hidden = torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
-                mask = (bias.masked_fill(hidden, float("-inf")) if causal else bias).to(dtype)
+    mask = square_mask(scheme, n, causal, dtype, device) if scheme.has_bias else None
     if window is None:
         return mask if mask is not None or not causal else None
     i = torch.arange(n, device=device)[:, None]  # [n, 1] query positions
@@ -417,10 +430,7 @@ def _grouped(
         rows = _rows(starts, n, q.device)
         qg, kg, vg = (t[rows].unflatten(0, (-1, n)).transpose(1, 2) for t in (q, k, v))  # [N_n, H, n, D]
         mask = _group_mask(scheme, n, causal, window, torch.float32 if math_ else q.dtype, q.device)
-        if math_:
-            got = _math(qg, kg, vg, mask, causal and mask is None, scale, dropout_p)  # [N_n, H, n, Dv]
-        else:
-            got = _sdpa(qg, kg, vg, mask, causal and mask is None, scale, dropout_p, causal_mask=causal)
+        got = _attend_group(qg, kg, vg, mask, causal, Softmax(scale, dropout_p=dropout_p), math_)
         got = got.transpose(1, 2).reshape(-1, H, got.shape[-1])  # [N_n * n, H, Dv]
         if isinstance(rows, slice):
             out[rows] = got
@@ -429,46 +439,21 @@ def _grouped(
     return out
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None,
-          dropout_p: float, *, causal_mask: bool = False) -> Tensor:
-    """SDPA on ``[N, H, n, D]`` with grouped-query heads (``enable_gqa``) and ``scale``.
-
-    ``causal_mask``: the mask hides every future key. On a CPU with one thread a long sequence
-    then runs in blocks of queries against only the keys up to each block's last query, as
-    ``posenc.attend`` does for a biased causal mask (SDPA's CPU kernel skips the future only
-    under ``is_causal``, which takes no bias; see ``attention._sdpa_causal_chunks``)."""
-    gqa = q.shape[1] != k.shape[1]
-    n = q.shape[-2]
-    if (causal_mask and mask is not None and q.device.type == "cpu" and n >= 2 * CAUSAL_CHUNK
-            and torch.get_num_threads() == 1 and not is_compiling()):
-        step, out = max(CAUSAL_CHUNK, n // 8), []
-        for s in range(0, n, step):
-            e = min(s + step, n)
-            out.append(F.scaled_dot_product_attention(
-                q[:, :, s:e], k[:, :, :e], v[:, :, :e], attn_mask=mask[..., s:e, :e],
-                dropout_p=dropout_p, scale=scale, enable_gqa=gqa,
-            ))  # [N, H, e - s, Dv]
-        return torch.cat(out, dim=-2)
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-        enable_gqa=gqa,
-    )
-
-
-def _math(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, scale: float | None,
-          dropout_p: float) -> Tensor:
-    """The written-out softmax on ``[N, H, n, D]``, in float32 as ``posenc.attend``'s."""
-    g = q.shape[1] // k.shape[1]
-    if g > 1:  # query head h reads kv head h // g
-        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    scores = q @ k.transpose(-2, -1)  # [N, H, n, n]
-    scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
-    if is_causal:
+def _attend_group(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, softmax: Softmax,
+    math_: bool,
+) -> Tensor:
+    """One group ``[N, H, n, D]`` under its mask (bool: who sees whom; float: the scheme's bias
+    with ``-inf`` where hidden; None: ``is_causal`` or nothing), written out or on SDPA. A long
+    causal float mask on one CPU thread runs in blocks of queries (``sdpa_causal_chunks``)."""
+    if math_:
         n = q.shape[-2]
-        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-    if mask is not None and mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    elif mask is not None:
-        scores = scores + mask
-    probs = F.dropout(scores.float().softmax(dim=-1), p=dropout_p).to(q.dtype)
-    return probs @ v
+        if causal and mask is None:
+            mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        bias = None if mask is None or mask.dtype == torch.bool else mask
+        allowed = mask if bias is None else None
+        return written_out(q, k, v, bias, allowed, softmax)  # [N, H, n, Dv]
+    if causal and mask is not None and chunks_pay(q):
+        return sdpa_causal_chunks(q, k, v, mask, softmax.dropout_p, softmax.scale)
+    return sdpa(q, k, v, mask, softmax.dropout_p, is_causal=causal and mask is None,
+                scale=softmax.scale)
