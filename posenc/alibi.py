@@ -17,6 +17,7 @@ from torch import Tensor
 from ._checks import (
     MAX_POSITION,
     check_bias_size,
+    check_bool,
     check_device,
     check_dtype,
     check_int,
@@ -40,12 +41,6 @@ def alibi_slopes(num_heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
-    return value
-
-
 def _check_lengths(q_len: object, k_len: object) -> tuple[int, int]:
     q_len = check_int("q_len", q_len, minimum=0)
     k_len = q_len if k_len is None else check_int("k_len", k_len, minimum=0)
@@ -63,7 +58,7 @@ def _distance(
     A slope times this is the ALiBi bias, in one multiply.
     """
     q_len, k_len = _check_lengths(q_len, k_len)
-    causal = _check_bool("causal", causal)
+    causal = check_bool("causal", causal)
     j = torch.arange(k_len, dtype=torch.float32, device=device)  # [Lk]
     rel = j[None, :] - j[k_len - q_len :, None]  # [Lq, Lk]  j - i
     if causal:
@@ -136,7 +131,7 @@ def alibi_bias_padded(
     q_len, k_len = _check_lengths(k_len if q_len is None else q_len, k_len)
     check_bias_size("alibi_bias_padded", mask.shape[0] * num_heads, q_len, k_len)
     dtype = check_dtype("dtype", dtype)
-    causal = _check_bool("causal", causal)
+    causal = check_bool("causal", causal)
     if position_ids is None:
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, Lk]
     else:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from . import varlen
 from ._checks import (
+    check_bool,
     check_dropout,
     check_int,
     check_rows,
@@ -29,7 +30,6 @@ from ._checks import (
     is_compiling,
     warn_caller,
 )
-from .alibi import _check_bool
 from .backends import (  # noqa: F401  (BACKENDS, CAUSAL_CHUNK: re-exported)
     BACKENDS,
     CAUSAL_CHUNK,
@@ -387,7 +387,7 @@ def _check_options(
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     return (  # the plain values take the quick test (this runs on every call)
         scheme if scheme is not None else _NOPE,
-        causal if type(causal) is bool else _check_bool("causal", causal),
+        causal if type(causal) is bool else check_bool("causal", causal),
         None if window is None else check_window("window", window),
         dropout_p if type(dropout_p) is float and 0.0 <= dropout_p <= 1.0
         else check_dropout("dropout_p", dropout_p),
@@ -586,7 +586,7 @@ class MultiHeadAttention(nn.Module):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.head_dim = dim // num_heads
-        self.causal, self.backend = _check_bool("causal", causal), backend
+        self.causal, self.backend = check_bool("causal", causal), backend
         self.dropout = check_dropout("dropout", dropout)
         self.scheme = make_scheme(scheme, dim=dim, num_heads=num_heads, max_len=max_len, causal=causal)
         heads = getattr(self.scheme, "num_heads", None)

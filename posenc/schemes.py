@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_dtype, check_int, check_tensor, is_compiling
-from .alibi import _check_bool, _check_lengths, _distance, alibi_bias, alibi_score_mod, alibi_slopes
+from ._checks import check_bool, check_dtype, check_int, check_tensor, is_compiling
+from .alibi import _check_lengths, _distance, alibi_bias, alibi_score_mod, alibi_slopes
 from .learned import LearnedPositionalEmbedding
 from .rope import RotaryEmbedding
 from .sinusoidal import SinusoidalPositionalEmbedding
@@ -113,7 +113,7 @@ class PositionScheme(nn.Module):
         """The float mask SDPA takes: ``bias`` plus ``-inf`` on future keys when ``causal``,
         ``[1, H, q_len, k_len]`` in ``dtype``; ``None`` when the scheme has no bias."""
         q_len, k_len = _check_lengths(q_len, k_len)
-        causal = _check_bool("causal", causal)
+        causal = check_bool("causal", causal)
         dtype = check_dtype("dtype", dtype) or torch.float32
         bias = self.bias(q_len, k_len, causal=causal)  # [H, Lq, Lk] or None
         if bias is None:
@@ -246,7 +246,7 @@ class _CachedMask(PositionScheme):
         device: torch.device | str | None = None,
     ) -> Tensor:
         q_len, k_len = _check_lengths(q_len, k_len)
-        causal = _check_bool("causal", causal)
+        causal = check_bool("causal", causal)
         dtype = check_dtype("dtype", dtype) or torch.float32
         device = torch.device(device) if device is not None else self._device()
         if is_compiling() or (

@@ -50,7 +50,7 @@ CASES = [
     ("alibi_bias", lambda: alibi_bias(0, 4), ValueError, "num_heads must be an int >= 1, got 0"),
     ("alibi_bias", lambda: alibi_bias(4, 2.5), TypeError, "q_len must be an int, got 2.5"),
     ("alibi_bias", lambda: alibi_bias(4, 4, dtype=torch.long), TypeError, "dtype must be None or a floating"),
-    ("alibi_bias", lambda: alibi_bias(4, 4, causal="false"), TypeError, "causal must be True or False, got 'false'"),
+    ("alibi_bias", lambda: alibi_bias(4, 4, causal="false"), TypeError, "causal must be a bool (True or False), got 'false'"),
     # alibi_bias_padded
     ("alibi_bias_padded", lambda: alibi_bias_padded(4, torch.ones(5)), ValueError, "attention_mask must have shape [B, k_len]"),
     ("alibi_bias_padded", lambda: alibi_bias_padded(4, MASK.float()), TypeError, "attention_mask must be a bool or integer"),
@@ -84,7 +84,7 @@ CASES = [
     ("attend", lambda: attend(Q, Q[:, :, :3], Q[:, :, :3]), ValueError, "q and k must hold the same new tokens"),
     ("attend", lambda: attend(Q, Q, Q, "alibi"), TypeError, "scheme must be a PositionScheme or None, got str"),
     ("attend", lambda: attend(Q, Q, Q, cache=[]), TypeError, "cache must be a KVCache or None, got list"),
-    ("attend", lambda: attend(Q, Q, Q, causal="yes"), TypeError, "causal must be True or False"),
+    ("attend", lambda: attend(Q, Q, Q, causal="yes"), TypeError, "causal must be a bool (True or False), got 'yes' (str)"),
     # KVCache
     ("KVCache", lambda: KVCache().update(Q, Q[:, :, :3]), ValueError, "k and v must have the same shape"),
     ("KVCache", lambda: KVCache().update(Q, Q.double()), ValueError, "k and v must have the same shape, dtype"),
@@ -110,7 +110,7 @@ CASES = [
     ("MultiHeadAttention", lambda: MultiHeadAttention(12, 4, scheme="rope"), ValueError, "dim // num_heads = 12 // 4 = 3 must be even"),
     ("MultiHeadAttention", lambda: MultiHeadAttention(32, 4, scheme=RoPE(4)), ValueError, "dim // num_heads = 32 // 4 = 8"),
     ("MultiHeadAttention", lambda: MultiHeadAttention(8, 2)(X[0]), ValueError, "x must have shape [B, L, 8]"),
-    ("MultiHeadAttention", lambda: MultiHeadAttention(8, 2, causal="true"), TypeError, "causal must be True or False"),
+    ("MultiHeadAttention", lambda: MultiHeadAttention(8, 2, causal="true"), TypeError, "causal must be a bool (True or False)"),
     # make_scheme
     ("make_scheme", lambda: make_scheme("alibi", num_heads=4, foo=1), TypeError, "unexpected keyword argument 'foo'"),
     ("make_scheme", lambda: make_scheme("rope", dim=32, num_heads=4, bse=500.0), TypeError, "make_scheme('rope') got an unexpected keyword argument 'bse'"),
@@ -150,13 +150,13 @@ CASES = [
     ("ALiBi", lambda: ALiBi(4, foo=1), TypeError, "unexpected keyword argument 'foo'"),
     ("ALiBi", lambda: ALiBi(4).attn_mask(5, 3), ValueError, "k_len must be >= q_len=5"),
     ("ALiBi", lambda: ALiBi(4).attn_mask(2, 2, dtype=torch.long), TypeError, "dtype must be None or a floating"),
-    ("ALiBi", lambda: ALiBi(4).bias(2, 2, causal=1), TypeError, "causal must be True or False, got 1"),
+    ("ALiBi", lambda: ALiBi(4).bias(2, 2, causal=1), TypeError, "causal must be a bool (True or False), got 1"),
     # T5Bias
     ("T5Bias", lambda: T5Bias(0), ValueError, "num_heads must be an int >= 1, got 0"),
     ("T5Bias", lambda: T5Bias(4, num_buckets=3), ValueError, "num_buckets must be even"),
     ("T5Bias", lambda: T5Bias(4, foo=1), TypeError, "T5Bias got an unexpected keyword argument 'foo'"),
     ("T5Bias", lambda: T5Bias(4).attn_mask(3, 2), ValueError, "k_len must be >= q_len=3"),
-    ("T5Bias", lambda: T5Bias(4).attn_mask(2, 2, causal="no"), TypeError, "causal must be True or False"),
+    ("T5Bias", lambda: T5Bias(4).attn_mask(2, 2, causal="no"), TypeError, "causal must be a bool (True or False)"),
 ]
 
 PUBLIC = {

@@ -105,7 +105,7 @@ CASES = [
     ("attend", lambda: attend(Q, KV, KV, window=-2), ValueError, "window must be an int >= 1, got -2"),
     ("attend", lambda: attend(Q, KV, KV, window=True), TypeError, "window must be an int, got True (bool)"),
     ("attend", lambda: attend(Q, KV, KV, window=torch.tensor(3)), TypeError, "window must be an int"),
-    ("attend", lambda: attend(Q, KV, KV, causal=1), TypeError, "causal must be True or False, got 1 (int)"),
+    ("attend", lambda: attend(Q, KV, KV, causal=1), TypeError, "causal must be a bool (True or False), got 1 (int)"),
     ("attend", lambda: attend(Q, KV, KV, backend=["sdpa"]), ValueError, "backend must be one of ('sdpa', 'math', 'flex'), got ['sdpa']"),
     ("attend", lambda: attend(Q, KV, KV, dropout_p="0.1"), TypeError, "dropout_p must be a real number"),
     ("attend", lambda: attend(Q, KV, KV, "rope"), TypeError, "scheme must be a PositionScheme or None, got str"),
