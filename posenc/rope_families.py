@@ -74,11 +74,16 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                     "original_max_position_embeddings": 8192}},
         "source": (
-            "Llama Team 2024, 'The Llama 3 Herd of Models', Table 3 (8B: model dimension 4096, "
-            "32 attention heads, RoPE base frequency 500,000; context 128K = 131072); the llama3 "
-            f"rule's numbers from {_TF}/../modeling_rope_utils.py _compute_llama3_parameters "
-            "comments ('`8` / `1` / `4` / `8192` in the original implementation' for factor, "
-            "low_freq_factor, high_freq_factor, original_max_position_embeddings)"
+            "Llama Team 2024, 'The Llama 3 Herd of Models', Table 3 (8B: model dimension 4,096, "
+            "32 attention heads, positional embeddings 'RoPE (θ = 500,000)'; the table gives no "
+            "context length) and section 3.4.2 ('long sequences to support context windows of up "
+            "to 128K tokens'); every number also as meta-llama/Meta-Llama-3.1-8B-Instruct's "
+            "config.json, quoted in public code, writes it: hidden_size 4096, num_attention_heads "
+            "32, max_position_embeddings 131072, rope_theta 500000.0, rope_scaling {factor 8.0, "
+            "low_freq_factor 1.0, high_freq_factor 4.0, original_max_position_embeddings 8192, "
+            f"rope_type llama3}}; the same four from {_TF}/../modeling_rope_utils.py "
+            "_compute_llama3_parameters comments ('`8` / `1` / `4` / `8192` in the original "
+            "implementation')"
         ),
         "hf_class": "LlamaConfig",
         "agrees": ("hidden_size", "num_attention_heads"),
@@ -90,13 +95,16 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                    "sliding_window": 4096},
         "source": (
             "Jiang et al. 2023, 'Mistral 7B', Table 1 (dim 4096, n_heads 32, head_dim 128, "
-            "window_size 4096, context_len 8192); rope_theta 10000.0 from "
-            f"{_TF}/mistral/configuration_mistral.py MistralConfig default (documented "
-            "checkpoint mistralai/Mistral-7B-v0.1; its max_position_embeddings default 131072 "
-            "is not the paper's training length)"
+            "window_size 4096, context_len 8192: max_position_embeddings here is the paper's "
+            "context_len); rope_theta 10000.0, hidden_size 4096, 32 heads and sliding_window 4096 "
+            "also in mistralai/Mistral-7B-v0.1's config.json as quoted in public code, which "
+            "writes max_position_embeddings 32768 (not the paper's 8192); "
+            f"{_TF}/mistral/configuration_mistral.py MistralConfig defaults agree on hidden_size, "
+            "heads, head_dim (4096 / 32), default_theta and sliding_window (its "
+            "max_position_embeddings default is 4096 * 32 = 131072)"
         ),
         "hf_class": "MistralConfig",
-        "agrees": ("hidden_size", "num_attention_heads", "rope_theta", "sliding_window"),
+        "agrees": ("hidden_size", "num_attention_heads", "head_dim", "rope_theta", "sliding_window"),
     },
     "qwen2.5": {
         "name": "Qwen2.5-7B-Instruct (YaRN option on)",
@@ -105,13 +113,14 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                    "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768,
                                     "type": "yarn"}},
         "source": (
-            "rope_scaling exactly as the Qwen2.5 model cards' 'Processing Long Texts' section "
-            "writes it (quoted from qwen.readthedocs.io deployment/vllm in public code): "
-            "factor 4.0, original_max_position_embeddings 32768, type yarn; Qwen Team 2024, "
-            "'Qwen2.5 Technical Report' (RoPE base 1,000,000; 7B: 28 query heads; 32K "
-            "pretraining length); hidden_size 3584: Qwen Team 2024, 'Qwen2 Technical Report', "
-            "Table 1 (7B: hidden size 3,584, 28 query heads), the same 7B shape; also "
-            f"{_TF}/qwen2_5_vl/configuration_qwen2_5_vl.py out_hidden_size 3584"
+            "Qwen/Qwen2.5-7B-Instruct's config.json as quoted in full in public code: "
+            "hidden_size 3584, num_attention_heads 28, max_position_embeddings 32768, "
+            "rope_theta 1000000.0 (no rope_scaling); rope_scaling as Qwen's docs "
+            "(qwen.readthedocs.io, deployment/vllm, quoted in public code) tell users to add "
+            "it: factor 4.0, original_max_position_embeddings 32768, type yarn; Qwen Team 2024, "
+            "'Qwen2.5 Technical Report', section 3.3 (context extended from 4,096 to 32,768 "
+            "tokens in the final pre-training stage, RoPE base raised from 10,000 to 1,000,000 "
+            "with ABF); 'Qwen2 Technical Report', Table 1 (7B: hidden size 3,584, 28 query heads)"
         ),
         "hf_class": "Qwen2Config",
         "agrees": ("max_position_embeddings",),
@@ -124,19 +133,21 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                    "rope_scaling": {"rope_type": "linear", "factor": 8.0},
                    "sliding_window": 1024, "sliding_window_pattern": 6},
         "source": (
-            "google/gemma-3-12b-it config.json's text_config (the QAT q4_0-unquantized "
-            "release), as quoted in full in public code (an LTX-2 text-encoder loader): "
-            "head_dim 256, hidden_size 3840, 16 heads, max_position_embeddings 131072, "
-            "rope_theta 1000000, rope_local_base_freq 10000, rope_scaling linear factor 8.0, "
-            "sliding_window 1024, sliding_window_pattern 6; Gemma Team 2025, 'Gemma 3 Technical "
-            "Report' (global RoPE base 1M, local 10k, 1024-token local window, 128K context "
-            f"for 4B/12B/27B); {_TF}/gemma3/configuration_gemma3.py Gemma3TextConfig defaults "
-            "agree on head_dim, max_position_embeddings and default_theta (global 1M, local "
-            "10k). posenc.explain infers a linear-scaled model's trained length as "
-            "max_position_embeddings / factor = 16384: the config does not store it"
+            "a Gemma 3 12B text_config (48 layers; the Lightricks/LTX-2 text encoder) written "
+            "in full in public code (SGLang's LTX-2.3 model overlay; the quoted code does not "
+            "name the checkpoint): head_dim 256, hidden_size 3840, 16 heads, "
+            "max_position_embeddings 131072, rope_theta 1000000, rope_local_base_freq 10000, "
+            "rope_scaling linear factor 8.0, sliding_window 1024, sliding_window_pattern 6; "
+            "Gemma Team 2025, 'Gemma 3 Technical Report', section 2 (global RoPE base 1M, local "
+            "10k, 128K context except the 1B's 32K; local span of 1024 tokens) and section 5.3 "
+            "(pre-trained with 32K sequences, then scaled to 128K with a RoPE scaling factor of "
+            f"8); {_TF}/gemma3/configuration_gemma3.py Gemma3TextConfig defaults agree on "
+            "head_dim, max_position_embeddings and default_theta (global 1M, local 10k). The "
+            "config does not store the trained length: posenc.explain infers it as "
+            "max_position_embeddings / factor = 16384, while section 5.3 says 32K"
         ),
         "hf_class": "Gemma3TextConfig",
-        "agrees": ("head_dim", "max_position_embeddings"),
+        "agrees": ("head_dim", "max_position_embeddings", "rope_theta", "rope_local_base_freq"),
     },
     "deepseek-v3": {
         "name": "DeepSeek-V3",
@@ -149,16 +160,19 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                                     "original_max_position_embeddings": 4096}},
         "source": (
             "DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report', section 4.3 (YaRN on the "
-            "decoupled shared key, s = 40, alpha = 1, beta = 32, sqrt(t) = 0.1 ln s + 1; 4K "
-            "pretraining window) and its config.json's rope_scaling as quoted in public code "
-            "(factor 40, mscale 1.0, mscale_all_dim 1.0, beta_fast 32, beta_slow 1, original "
-            f"4096, rope_theta 10000, max_position_embeddings 163840); {_TF}/deepseek_v3/"
-            "configuration_deepseek_v3.py defaults hidden_size 7168, num_attention_heads 128, "
-            "qk_rope_head_dim 64, qk_nope_head_dim 128, rope_interleave True"
+            "decoupled shared key, s = 40, alpha = 1, beta = 32, sqrt(t) = 0.1 ln s + 1; "
+            "context window expanded from 4K to 32K and then to 128K) and deepseek-ai/"
+            "DeepSeek-V3's config.json as quoted in public code (qk_rope_head_dim 64, "
+            "qk_nope_head_dim 128, rope_theta 10000, max_position_embeddings 163840, "
+            "rope_scaling factor 40, mscale 1.0, mscale_all_dim 1.0, beta_fast 32, beta_slow 1, "
+            f"original 4096, type yarn); {_TF}/deepseek_v3/configuration_deepseek_v3.py "
+            "defaults hidden_size 7168, num_attention_heads 128, qk_rope_head_dim 64, "
+            "qk_nope_head_dim 128, default_theta 10000, rope_interleave True (the config.json "
+            "has no rope_interleave key)"
         ),
         "hf_class": "DeepseekV3Config",
         "agrees": ("hidden_size", "num_attention_heads", "qk_rope_head_dim",
-                   "qk_nope_head_dim", "rope_interleave"),
+                   "qk_nope_head_dim", "rope_theta", "rope_interleave"),
     },
     "phi3.5-mini": {
         "name": "Phi-3.5-mini-instruct (Phi-3, LongRoPE)",
@@ -174,10 +188,11 @@ _FAMILIES: dict[str, dict[str, Any]] = {
             "32 heads, max_position_embeddings 131072, original 4096, rope_theta 10000, "
             "rope_scaling type longrope with its 48 long and 48 short factors; "
             f"{_TF}/phi3/configuration_phi3.py Phi3Config defaults agree on hidden_size, "
-            "num_attention_heads, original_max_position_embeddings"
+            "num_attention_heads, original_max_position_embeddings and default_theta 10000"
         ),
         "hf_class": "Phi3Config",
-        "agrees": ("hidden_size", "num_attention_heads", "original_max_position_embeddings"),
+        "agrees": ("hidden_size", "num_attention_heads", "original_max_position_embeddings",
+                   "rope_theta"),
     },
     "gpt-oss": {
         "name": "gpt-oss-20b",
@@ -191,7 +206,10 @@ _FAMILIES: dict[str, dict[str, Any]] = {
             "openai/gpt-oss-20b): hidden_size 2880, 64 heads, head_dim 64, "
             "max_position_embeddings 131072, default_theta 150000.0, default rope_parameters "
             "yarn factor 32.0, beta_fast 32.0, beta_slow 1.0, truncate False, "
-            "original_max_position_embeddings 4096"
+            "original_max_position_embeddings 4096; a 24-layer gpt_oss config.json (the 20b's "
+            "depth) quoted in public code writes the same num_attention_heads, "
+            "max_position_embeddings, rope_theta 150000 and rope_scaling (and sliding_window 128 "
+            "on alternate layers, which share one RoPE)"
         ),
         "hf_class": "GptOssConfig",
         "agrees": ("hidden_size", "num_attention_heads", "head_dim", "max_position_embeddings",
@@ -204,15 +222,18 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                    "rope_theta": 1000000.0,
                    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}},
         "source": (
-            f"{_TF}/qwen2_vl/: configuration_qwen2_vl.py (documented checkpoint "
-            "Qwen/Qwen2-VL-7B-Instruct) vision hidden_size 3584 = the language model's width, "
-            "max_position_embeddings 32768; modeling_qwen2_vl.py mrope_section default "
-            "[16, 24, 24] (temporal, height, width); Wang et al. 2024, 'Qwen2-VL', section 2 "
-            "(M-RoPE on the Qwen2-7B language model); 'Qwen2 Technical Report', Table 1 (7B: "
-            "hidden size 3,584, 28 query heads) and RoPE base 1,000,000"
+            "Qwen2-VL-7B's config.json as quoted in full in public code (a MindSpore Qwen2-VL "
+            "test that loads the Qwen2-VL-7B-Instruct processor): hidden_size 3584, "
+            "num_attention_heads 28, max_position_embeddings 32768, rope_theta 1000000.0, "
+            f"rope_scaling {{type mrope, mrope_section [16, 24, 24]}}; {_TF}/qwen2_vl/: "
+            "configuration_qwen2_vl.py (documented checkpoint Qwen/Qwen2-VL-7B-Instruct) vision "
+            "hidden_size 3584, max_position_embeddings 32768 and default_theta 1000000.0, "
+            "modeling_qwen2_vl.py mrope_section fallback [16, 24, 24] (temporal, height, width); "
+            "Wang et al. 2024, 'Qwen2-VL' (M-RoPE); 'Qwen2 Technical Report', Table 1 (7B: "
+            "hidden size 3,584, 28 query heads)"
         ),
         "hf_class": "Qwen2VLTextConfig",
-        "agrees": ("max_position_embeddings",),
+        "agrees": ("max_position_embeddings", "rope_theta"),
     },
 }  # fmt: skip
 

@@ -84,8 +84,10 @@ def test_family_agrees_with_the_config_class_defaults(name):
     default = cls()
     for key in fam["agrees"]:
         ours = fam["config"][key]
-        if key == "rope_theta":
-            theirs = cls.default_theta
+        if key in ("rope_theta", "rope_local_base_freq"):
+            theirs = cls.default_theta  # a dict {"global", "local"} where layer types differ
+            if isinstance(theirs, dict):
+                theirs = theirs["global" if key == "rope_theta" else "local"]
         elif key == "rope_scaling":
             theirs = {k: v for k, v in default.rope_parameters.items() if k != "rope_theta"}
         else:
