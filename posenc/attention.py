@@ -517,6 +517,8 @@ def _key_valid(
         assert cache is not None
         held = 0 if cache.filled is None or is_compiling() else int(cache.filled)
         if T < held + Lq:
+            if held and T == Lq:
+                raise ValueError(_not_continued(held, Lq, T))
             raise ValueError(
                 f"attention_mask covers {T} keys, but the cache held {held} and this "
                 f"call adds {Lq}: it must cover the {held + Lq} cached plus new keys "
@@ -524,10 +526,23 @@ def _key_valid(
             )
         key_valid = F.pad(key_valid, (0, Lk - T), value=False)
     if (key_valid.shape[0] != 1 and key_valid.shape[0] != B) or key_valid.shape[-1] != Lk:
+        if not static and Lk > Lk_new and key_valid.shape[-1] == Lk_new:
+            raise ValueError(_not_continued(Lk - Lk_new, Lq, Lk_new))
         want = f"[{B}, {Lk}] (cached plus new keys)" if not static else (
             f"[{B}, T] with the cached plus new keys <= T <= max_len={Lk}")
         raise ValueError(f"attention_mask must have shape {want}, got {tuple(attention_mask.shape)}")
     return key_valid.to(device)
+
+
+def _not_continued(held: int, Lq: int, T: int) -> str:
+    """A mask over the new tokens alone given to a cache that holds earlier ones: most likely
+    a new batch on a cache that was not reset."""
+    return (
+        f"the cache holds {held} tokens from earlier calls, and attention_mask covers only the "
+        f"{T} new ones: a new batch on a filled cache? call reset() on the cache (or "
+        "LayerCaches) first; to continue the cached rows, give the mask over the cached plus "
+        f"new keys ([B, {held + Lq}])"
+    )
 
 
 _NOPE = NoPE()
