@@ -15,6 +15,8 @@ runs a call and why (:func:`~posenc.backends.effective_backend`), are in :mod:`p
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -412,6 +414,8 @@ def _positions(
         doc = check_rows("document_ids", document_ids, B, Lq, labels=True).to(q.device).expand(B, Lq)
     if positions is not None:
         positions = check_rows("positions", positions, B, Lq, labels=False, like=q)
+        if cache is not None and Lq > 1 and not is_compiling():  # a prefill-like call only
+            _warn_if_restarting(positions, cache, B)
         if doc is not None:
             _check_runs(doc, cache)
         return positions.to(q.device, torch.long), k_pos, doc
@@ -429,6 +433,24 @@ def _positions(
     if cache is not None:
         return cache.next_positions(Lq, q.device), k_pos, doc  # [Lq]
     return torch.arange(Lq, device=q.device), k_pos, doc  # [Lq]
+
+
+def _warn_if_restarting(positions: Tensor, cache: KVCache, B: int) -> None:
+    """New tokens whose positions all lie below what a filled cache's rows reached: most
+    likely a new batch on a cache that was not reset (eager calls of more than one token; a
+    host sync)."""
+    nxt = cache.next_start
+    if cache.k is None or nxt is None or nxt.shape[0] != B:  # a new batch size: _check_new says
+        return
+    top = positions.to(nxt.device).amax(-1)  # [] or [B]
+    if bool((top < nxt).any()):
+        warnings.warn(
+            f"cache: the new tokens' positions (up to {int(top.max())}) all lie below the "
+            f"positions the cache's rows reached ({nxt.tolist()}), and the cache holds "
+            f"{len(cache)} tokens: a new batch on a filled cache? call reset() on the cache "
+            "(or LayerCaches) first; earlier tokens would stay visible",
+            stacklevel=4,
+        )
 
 
 def _check_runs(doc: Tensor, cache: KVCache | None) -> None:

@@ -115,6 +115,35 @@ def test_3_cu_seq_lens_that_disagree_with_position_ids_or_padding_are_refused():
     torch.testing.assert_close(agreed, _alone(model), **TOL)
 
 
+# --------------------------------------------------------------------------- 4. reuse w/o reset
+
+
+@pytest.mark.parametrize("max_len", [None, 24])
+def test_4_filled_cache_reused_for_a_new_batch_says_call_reset(max_len):
+    rope = posenc.RoPE(16)
+    q = torch.randn(2, 4, 5, 16)
+    ones = torch.ones(2, 5)
+    cache = posenc.KVCache(max_len)
+    posenc.attend(q, q, q, rope, cache=cache, attention_mask=ones)
+    # with the new batch's mask: the error names the cache, not the mask
+    with pytest.raises(ValueError, match=r"the cache holds 5 tokens.*call reset\(\)"):
+        posenc.attend(q, q, q, rope, cache=cache, attention_mask=ones)
+    # with the new batch's positions (restarting below what the cache reached): a warning
+    with pytest.warns(UserWarning, match=r"holds 5 tokens: a new batch.*call reset\(\)"):
+        posenc.attend(q, q, q, rope, cache=cache, positions=torch.arange(5))
+    # another batch size: an error that names reset()
+    cache.reset()
+    posenc.attend(q, q, q, rope, cache=cache)
+    q3 = torch.randn(3, 4, 5, 16)
+    with pytest.raises(ValueError, match=r"reset\(\)"):
+        posenc.attend(q3, q3, q3, rope, cache=cache)
+    # after reset() the same calls are a fresh batch, silently and rightly
+    cache.reset()
+    fresh = posenc.attend(q, q, q, rope, cache=cache, attention_mask=ones)
+    torch.testing.assert_close(fresh, posenc.attend(q, q, q, rope, attention_mask=ones))
+    # what stays undetectable: same batch size, no mask, no positions (the cache continues)
+
+
 # --------------------------------------------------------------------------- 8. streaming, trees
 
 
