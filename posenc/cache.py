@@ -11,7 +11,11 @@ as a tensor, so every decode step has the same shapes and ``torch.compile`` comp
 once (the unwritten slots are masked out), as transformers' ``StaticCache`` does.
 ``KVCache(max_len=S + W, sinks=S, window=W)`` is a rolling static cache: it keeps the first
 ``S`` keys and the last ``W`` (StreamingLLM), writing around in place
-(``posenc.rolling_cache``).
+(``posenc.rolling_cache``). The storage kinds (``Growing``, ``Static``, ``Rolling``) live in
+``posenc.cache_slots`` and ``posenc.rolling_cache``; ``KVCache`` picks one at construction,
+checks what it is given, and answers attention through a few methods (:meth:`KVCache.append`,
+:meth:`~KVCache.mask_columns`, :meth:`~KVCache.imposed_rule`, :meth:`~KVCache.next_positions`,
+:meth:`~KVCache.held_document_ids`).
 
 A cache serves one attention layer: :class:`~posenc.attention.MultiHeadAttention` claims the
 cache it first writes and refuses one another layer wrote. A model holds one cache per layer
@@ -22,25 +26,30 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import Tensor
 
-from ._checks import check_int, check_rows, check_tensor, is_compiling
-from .rolling_cache import check_rolling, flush, rolling_update, written
+from ._checks import check_int, check_rows, check_tensor
+from .cache_slots import CacheView, Growing, MaskColumns, Static
+from .rolling_cache import Rolling, check_rolling
+
+_T = TypeVar("_T")
 
 
-class CacheView(NamedTuple):
-    """What attention needs after an update: every key and value, and where they sit."""
+class _Slot(Generic[_T]):
+    """A field of the cache's :class:`~posenc.cache_slots.Slots`, read and written through
+    :class:`KVCache` (the lab and a few tests set ``k`` and ``positions`` directly)."""
 
-    k: Tensor  # [B, H_kv, T, D_h]
-    v: Tensor  # [B, H_kv, T, D_v] (D_v = D_h but in multi-head latent attention)
-    positions: Tensor  # [B, T] int64, the keys' positions
-    document_ids: Tensor | None  # [B, T] or None
-    valid: Tensor | None  # [T] bool, the written slots of a static cache ([B, T] with the
-    # padding for a rolling one); None: all
-    q_slot: Tensor | int  # the slot of the first new token (a 0-dim tensor for a static cache)
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, cache: Any, owner: Any = None) -> _T:
+        return getattr(cache._s, self.name)
+
+    def __set__(self, cache: Any, value: _T) -> None:
+        setattr(cache._s, self.name, value)
 
 
 class KVCache:
@@ -56,21 +65,29 @@ class KVCache:
     model); :class:`~posenc.attention.MultiHeadAttention` refuses a cache another layer wrote.
     """
 
+    k: _Slot[Tensor | None] = _Slot()  # [B, H_kv, T, D_h], stored rotated
+    v: _Slot[Tensor | None] = _Slot()  # [B, H_kv, T, D_v]
+    positions: _Slot[Tensor | None] = _Slot()  # [B, T] int64
+    document_ids: _Slot[Tensor | None] = _Slot()  # [B, T]
+    valid: _Slot[Tensor | None] = _Slot()  # [B, T] bool: False = a padding key (None: none seen)
+    filled: _Slot[Tensor | None] = _Slot()  # static: 0-dim int64, slots written so far
+    next_start: _Slot[Tensor | None] = _Slot()  # [B] int64: each row's highest position + 1
+    seen: _Slot[int] = _Slot()  # growing: tokens appended (positions do not use it)
+    evicted: _Slot[bool] = _Slot()  # evict() dropped slots: keys are not at their indices
+    rows_agree: _Slot[bool] = _Slot()  # no row was given positions of its own since reset
+
     def __init__(
         self, max_len: int | None = None, *, sinks: int | None = None, window: int | None = None
     ) -> None:
-        self.max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
-        self.sinks, self.window = check_rolling(self.max_len, sinks, window)
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
-        self.positions: Tensor | None = None  # [B, T] int64
-        self.document_ids: Tensor | None = None  # [B, T]
-        self.filled: Tensor | None = None  # static: 0-dim int64, slots written so far
-        self.seen = 0  # growing: tokens appended (kept for compatibility; positions do not use it)
-        self.next_start: Tensor | None = None  # [B] int64: each row's highest stored position + 1
-        self.valid: Tensor | None = None  # [B, T] bool: False = a padding key (None: none seen)
-        self.evicted = False
-        self.rows_agree = True  # no row was given positions of its own since the last reset
+        max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
+        sinks, window = check_rolling(max_len, sinks, window)
+        self._s: Growing | Static | Rolling
+        if max_len is None:
+            self._s = Growing()
+        elif sinks is None or window is None:
+            self._s = Static(max_len)
+        else:
+            self._s = Rolling(max_len, sinks, window)
         self.owner: str | None = None  # the layer that wrote it (MultiHeadAttention.layer_name)
 
     def claim(self, layer: str) -> None:
@@ -88,70 +105,83 @@ class KVCache:
             )
 
     @property
+    def max_len(self) -> int | None:
+        """Slots of a static cache (None: growing)."""
+        return self._s.max_len
+
+    @property
+    def sinks(self) -> int | None:
+        """A rolling cache's sinks (None otherwise)."""
+        return self._s.sinks
+
+    @property
+    def window(self) -> int | None:
+        """A rolling cache's window (None otherwise)."""
+        return self._s.window
+
+    @property
     def static(self) -> bool:
-        return self.max_len is not None
+        return self._s.static
 
     @property
     def rolling(self) -> bool:
         """A rolling static cache (``window`` given): writes wrap around in place."""
-        return self.window is not None
+        return self._s.rolling
 
     def __len__(self) -> int:
         """Keys held (a host sync for a static cache; not for compiled code)."""
-        if self.k is None:
-            return 0
-        if self.filled is not None:
-            return min(int(self.filled), self.max_len or 0)
-        return self.k.shape[-2]
+        return self._s.held()
 
     def next_positions(self, length: int, device: torch.device) -> Tensor:
         """Default positions of ``length`` new tokens: each row's highest stored position + 1
         onwards (so they follow a left-padded prefill and a rollback by :meth:`crop` or
         :meth:`evict`); ``arange(L)`` while empty. ``[L]`` while every row has the same next
         position (no row was given positions of its own since :meth:`reset`), else ``[B, L]``."""
-        length = check_int("length", length, minimum=0)
-        steps = torch.arange(length, device=device)
-        if self.next_start is None:
-            return steps  # [L]
-        if self.rows_agree:  # every row has the same next position: [L], as a batch of any size
-            return self.next_start[0].to(device) + steps  # [L]
-        return self.next_start.to(device)[:, None] + steps  # [B, L]
+        return self._s.next_positions(check_int("length", length, minimum=0), device)
 
-    def _written(self) -> Tensor | None:
-        """``[T]`` bool, the written slots of a static cache (None for a growing one)."""
-        if self.filled is None or self.k is None:
-            return None
-        if self.rolling:  # every slot but the trash one, once written
-            return written(self.filled, self.k.shape[-2]) & (
-                torch.arange(self.k.shape[-2], device=self.k.device) < (self.max_len or 0))
-        return written(self.filled, self.k.shape[-2])
+    # The protocol attention uses (the cache's fields stay its own).
 
-    def _recompute_next(self) -> None:
-        """Each row's next position from the keys it holds (after evict, crop, select)."""
-        if self.positions is None:
-            self.next_start = None
-            return
-        written = self._written()
-        pos = self.positions + 1 if written is None else torch.where(written, self.positions + 1, 0)
-        if self.valid is not None:  # padding keys do not count
-            pos = torch.where(self.valid, pos, 0)
-        nxt = pos.amax(-1) if pos.shape[-1] else pos.new_zeros(pos.shape[0])  # [B]
-        if self.static and self.next_start is not None and self.next_start.shape == nxt.shape:
-            self.next_start.copy_(nxt)  # in place: a compiled step keeps reading this tensor
+    def imposed_rule(self) -> tuple[int, int] | None:
+        """``(window, sinks)`` a rolling cache imposes on attention; None for the others."""
+        s = self._s
+        return s.imposed_rule() if isinstance(s, Rolling) else None
+
+    def mask_columns(self, new: int) -> MaskColumns:
+        """The widths a ``[B, T]`` padding or ``[B, Lq, T]`` who-sees-whom mask may take with
+        ``new`` new keys, and where the new keys sit (see :class:`~posenc.cache_slots.MaskColumns`)."""
+        return self._s.mask_columns(new)
+
+    def held_document_ids(self) -> Tensor | None:
+        """``[B, T]``: the document ids of the written slots (a host sync for a static cache);
+        None when the cache has none."""
+        return self._s.held_document_ids()
+
+    @property
+    def positions_are_slots(self) -> bool:
+        """Key slot ``j`` of a view holds the ``j``-th key appended (growing, never evicted):
+        a bias by index is a bias by position for default positions."""
+        return not self._s.static and not self._s.evicted
+
+    def append(
+        self, k: Tensor, v: Tensor, positions: Tensor | None, document_ids: Tensor | None,
+        new_valid: Tensor | None = None, defaulted: bool = False,
+    ) -> CacheView:
+        """Add checked new keys (as :meth:`_update`) and return every key the queries attend
+        over; the view's ``valid`` (``[B | 1, T]``) merges the padding the cache remembers
+        with its written slots (None: every key is real)."""
+        view = self._update(k, v, positions, document_ids, new_valid, defaulted)
+        if self._s.rolling:
+            return view
+        held, written = self._s.valid, view.valid
+        valid: Tensor | None
+        if held is not None:
+            valid = held if written is None else held & written
         else:
-            self.next_start = nxt
-
-    def _refill_after_reset(self) -> bool:
-        """A static cache that holds no keys (after :meth:`reset`) may take another batch
-        shape: drop its buffers so the next update allocates new ones. True if dropped."""
-        if not self.static or self.filled is None or is_compiling() or int(self.filled):
-            return False
-        self.k = self.v = self.positions = self.document_ids = self.valid = None
-        self.filled = self.next_start = None
-        return True
+            valid = None if written is None else written[None]
+        return view._replace(valid=valid)
 
     def _check_new(self, k: Tensor, v: Tensor) -> None:
-        ck, cv = self.k, self.v
+        ck, cv = self._s.k, self._s.v
         if (ck is not None and cv is not None and isinstance(k, Tensor) and isinstance(v, Tensor)
                 and k.dim() == 4 and k.shape[:-2] == ck.shape[:-2] and k.shape[-1] == ck.shape[-1]
                 and v.shape[:-1] == k.shape[:-1] and v.shape[-1] == cv.shape[-1]
@@ -168,11 +198,12 @@ class KVCache:
                 f"from k's), got {tuple(k.shape)} "
                 f"{k.dtype} {k.device} and {tuple(v.shape)} {v.dtype} {v.device}"
             )
-        if self.k is not None and self.v is not None:
-            mismatch = (k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]
-                        or v.shape[-1] != self.v.shape[-1] or k.dtype != self.k.dtype
-                        or k.device != self.k.device)
-            if mismatch and self._refill_after_reset():
+        ck, cv = self._s.k, self._s.v
+        if ck is not None and cv is not None:
+            mismatch = (k.shape[:-2] != ck.shape[:-2] or k.shape[-1] != ck.shape[-1]
+                        or v.shape[-1] != cv.shape[-1] or k.dtype != ck.dtype
+                        or k.device != ck.device)
+            if mismatch and self._s.refill_after_reset():
                 return
         if self.k is not None and self.v is not None:
             if k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]:
@@ -221,131 +252,43 @@ class KVCache:
         it, so a later call without a mask still hides the padding (:attr:`valid`).
         ``defaulted``: ``positions`` are :meth:`next_positions`' (each row's next ones)."""
         self._check_new(k, v)
+        s = self._s
         B, L = k.shape[0], k.shape[-2]
-        defaulted = (defaulted or positions is None) and self.next_start is not None
+        defaulted = (defaulted or positions is None) and s.next_start is not None
         if positions is None:
-            positions = self.next_positions(L, k.device)
-        elif positions.dim() > 1 and positions.shape[0] > 1 and self.rows_agree:
-            self.rows_agree = False  # positions of each row's own: [B, L] defaults from now on
+            positions = s.next_positions(L, k.device)
+        elif positions.dim() > 1 and positions.shape[0] > 1 and s.rows_agree:
+            s.rows_agree = False  # positions of each row's own: [B, L] defaults from now on
         pos = positions.to(k.device, torch.long).expand(B, L)  # [B, L]
         if document_ids is not None:
             document_ids = document_ids.to(k.device).expand(B, L)  # [B, L]
-        if ((document_ids is None) != (self.document_ids is None) and self.k is not None
-                and not self._refill_after_reset()):
+        if ((document_ids is None) != (s.document_ids is None) and s.k is not None
+                and not s.refill_after_reset()):
             raise ValueError(
                 "document_ids must be given on every call with this cache or on none "
-                f"(the cache {'has' if self.document_ids is not None else 'has no'} document ids)"
+                f"(the cache {'has' if s.document_ids is not None else 'has no'} document ids)"
             )
         if new_valid is not None:
             new_valid = new_valid.to(k.device, torch.bool).expand(B, L)  # [B, L]
-        if self.rolling:
-            if document_ids is not None:
-                raise ValueError(
-                    "document_ids with a rolling KVCache(sinks=..., window=...) is not "
-                    "supported: it keeps the first keys of each row, not of each document"
-                )
-            return self._update_rolling(k, v, pos, new_valid)
-        if self.static:
-            return self._update_static(k, v, pos, document_ids, new_valid)
-        if new_valid is not None or self.valid is not None:  # remember the padding
-            T_old = 0 if self.k is None else self.k.shape[-2]
-            old = self.valid if self.valid is not None else torch.ones(
-                B, T_old, dtype=torch.bool, device=k.device)
-            new = new_valid if new_valid is not None else torch.ones(
-                B, L, dtype=torch.bool, device=k.device)
-            self.valid = torch.cat([old, new], dim=-1)  # [B, T]
-        if self.k is None or self.v is None or self.positions is None:
-            self.k, self.v, self.positions = k, v, pos
-            self.document_ids = document_ids
-        else:
-            self.k, self.v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
-            self.positions = torch.cat([self.positions, pos], dim=-1)
-            if document_ids is not None and self.document_ids is not None:
-                self.document_ids = torch.cat([self.document_ids, document_ids], dim=-1)
-        self.seen += L
-        if L and defaulted and new_valid is None and self.next_start is not None:
-            # default positions start at each row's top (or row 0's, while the rows agree)
-            self.next_start = (torch.maximum(self.next_start, self.next_start[:1] + L)
-                               if self.rows_agree else self.next_start + L)
-        elif L:
-            top = self._top(pos, new_valid)  # [B]
-            self.next_start = top if self.next_start is None else torch.maximum(self.next_start, top)
-        elif self.next_start is None:
-            self.next_start = pos.new_zeros(B)
-        T = self.k.shape[-2]
-        return CacheView(self.k, self.v, self.positions, self.document_ids, None, T - L)
-
-    @staticmethod
-    def _top(pos: Tensor, new_valid: Tensor | None) -> Tensor:
-        """``[B]``: each row's highest position among its real new keys, plus 1 (0 if none)."""
-        if new_valid is None:
-            return pos.amax(-1) + 1
-        return (torch.where(new_valid, pos, -1).amax(-1) + 1).clamp(min=0)
-
-    def _update_static(
-        self, k: Tensor, v: Tensor, pos: Tensor, document_ids: Tensor | None,
-        new_valid: Tensor | None = None,
-    ) -> CacheView:
-        assert self.max_len is not None
-        B, H, L, D = k.shape
-        N = self.max_len
-        if not is_compiling() and L > N:  # before the first update allocates anything
+        if s.rolling and document_ids is not None:
             raise ValueError(
-                f"KVCache(max_len={N}) holds {len(self)} tokens and cannot take {L} more; "
-                "make max_len larger (a sliding-window layer's cache needs only the last W "
-                "keys: KVCache(max_len=S + W, sinks=S, window=W) is a rolling cache that keeps "
-                "the first S and the last W)"
+                "document_ids with a rolling KVCache(sinks=..., window=...) is not "
+                "supported: it keeps the first keys of each row, not of each document"
             )
-        if self.k is None:
-            self.k = k.new_zeros(B, H, N, D)  # [B, H_kv, N, D_h]
-            self.v = v.new_zeros(B, H, N, v.shape[-1])  # [B, H_kv, N, D_v]
-            self.positions = torch.zeros(B, N, dtype=torch.long, device=k.device)  # [B, N]
-            self.filled = torch.zeros((), dtype=torch.long, device=k.device)
-            self.next_start = torch.zeros(B, dtype=torch.long, device=k.device)  # [B]
-            self.valid = torch.ones(B, N, dtype=torch.bool, device=k.device)  # [B, N]
-            if document_ids is not None:
-                self.document_ids = torch.full((B, N), -1, dtype=document_ids.dtype, device=k.device)
-        assert self.v is not None and self.positions is not None and self.filled is not None
-        if not is_compiling() and int(self.filled) + L > N:
-            raise ValueError(
-                f"KVCache(max_len={N}) holds {int(self.filled)} tokens and cannot take {L} more; "
-                "make max_len larger (a sliding-window layer's cache needs only the last W "
-                "keys: KVCache(max_len=S + W, sinks=S, window=W) is a rolling cache that keeps "
-                "the first S and the last W)"
-            )
-        start = self.filled.clone()
-        slots = start + torch.arange(L, device=k.device)  # [L]
-        self.k.index_copy_(2, slots, k)
-        self.v.index_copy_(2, slots, v)
-        self.positions.index_copy_(1, slots, pos)
-        if self.valid is not None:
-            real = new_valid if new_valid is not None else torch.ones(
-                B, L, dtype=torch.bool, device=k.device)
-            self.valid.index_copy_(1, slots, real)
-        if document_ids is not None and self.document_ids is not None:
-            self.document_ids.index_copy_(1, slots, document_ids.to(self.document_ids.dtype))
-        self.filled.add_(L)
-        assert self.next_start is not None
-        if L:
-            self.next_start.copy_(torch.maximum(self.next_start, self._top(pos, new_valid)))
-        valid = torch.arange(N, device=k.device) < self.filled  # [N]
-        return CacheView(self.k, self.v, self.positions, self.document_ids, valid, start)
+        return s.append(k, v, pos, document_ids, new_valid, defaulted)
 
-    def _update_rolling(
-        self, k: Tensor, v: Tensor, pos: Tensor, new_valid: Tensor | None
-    ) -> CacheView:
-        """The keys the queries attend over, then the new keys written in place
-        (:func:`~posenc.rolling_cache.rolling_update`)."""
-        keys, values, positions, valid, q_slot = rolling_update(self, k, v, pos, new_valid)
-        assert self.next_start is not None
-        if k.shape[-2]:
-            self.next_start.copy_(torch.maximum(self.next_start, self._top(pos, new_valid)))
-        return CacheView(keys, values, positions, None, valid, q_slot)
+    def _written(self) -> Tensor | None:
+        """``[T]`` bool, the written slots of a static cache (None for a growing one)."""
+        return self._s.written()
+
+    def _recompute_next(self) -> None:
+        """Each row's next position from the keys it holds (after evict, crop, select)."""
+        self._s.recompute_next()
 
     def _flush(self) -> None:
         """A rolling cache: put its latest key in its own slot (see ``posenc.rolling_cache``)."""
-        if self.rolling and self.k is not None:
-            flush(self)
+        if isinstance(self._s, Rolling):
+            self._s.flush()
 
     def evict(self, keep: Tensor) -> None:
         """Keep only the cached slots ``keep`` (a 1-D index or bool tensor over the ``T`` slots),
@@ -387,32 +330,14 @@ class KVCache:
                     f"keep must name each of the {T} slots the cache holds at most once, got "
                     f"{keep.tolist()} (a slot kept twice counts twice in every later softmax)"
                 )
-        keep = keep.to(self.k.device)
-        self.k, self.v = self.k[:, :, keep], self.v[:, :, keep]
-        if self.valid is not None:
-            self.valid = self.valid[:, keep]
-        self.positions = self.positions[:, keep]
-        if self.document_ids is not None:
-            self.document_ids = self.document_ids[:, keep]
-        self.evicted = True
-        self._recompute_next()
+        assert isinstance(self._s, Growing)
+        self._s.evict(keep.to(self.k.device))
 
     def reset(self) -> None:
         """Empty the cache for a new batch. A static cache keeps its buffers and zeroes its
         write pointer in place (a compiled step stays valid; a new batch shape reallocates on
         the next update). The owning layer is kept."""
-        self.seen = 0
-        self.evicted = False
-        self.rows_agree = True
-        if self.static and self.filled is not None:
-            self.filled.zero_()
-            if self.next_start is not None:
-                self.next_start.zero_()
-            if self.valid is not None:  # a rolling cache's valid also says "written"
-                self.valid.fill_(not self.rolling)
-            return
-        self.k = self.v = self.positions = self.document_ids = self.valid = None
-        self.filled = self.next_start = None
+        self._s.reset()
 
     def _check_crop(self, n: object) -> int:
         """``n`` as the number of slots to keep, checked against what the cache holds."""
@@ -438,19 +363,8 @@ class KVCache:
         pointer moves back; a compiled step stays valid). Later default positions follow the
         kept keys."""
         n = self._check_crop(n)
-        self.rows_agree = self.rows_agree or n == 0
-        if self.k is None or self.v is None or self.positions is None:
-            return  # empty: only n = 0 passes the check
-        if self.filled is not None:
-            self.filled.fill_(n)
-        else:
-            self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
-            if self.valid is not None:
-                self.valid = self.valid[:, :n]
-            self.positions = self.positions[:, :n]
-            if self.document_ids is not None:
-                self.document_ids = self.document_ids[:, :n]
-        self._recompute_next()
+        self._s.rows_agree = self._s.rows_agree or n == 0
+        self._s.crop(n)
 
     def _check_select(self, batch_index: object) -> Tensor:
         """``batch_index`` as a 1-D int64 tensor of rows in ``[0, B)``, checked."""
@@ -484,19 +398,7 @@ class KVCache:
         """Keep or reorder the cached rows: row ``i`` becomes the old row ``batch_index[i]``
         (beam search, dropping finished rows). A static cache with the same batch size is
         rewritten in place (a compiled step stays valid); otherwise new tensors."""
-        idx = self._check_select(batch_index)
-        assert self.k is not None and self.v is not None and self.positions is not None
-        names = ("k", "v", "positions", "document_ids", "next_start", "valid")
-        if self.static and idx.numel() == self.k.shape[0]:
-            for name in names:
-                t = getattr(self, name)
-                if t is not None:
-                    t.copy_(t[idx])
-            return
-        for name in names:
-            t = getattr(self, name)
-            if t is not None:
-                setattr(self, name, t[idx])
+        self._s.select(self._check_select(batch_index))
 
 
 def streaming_keep(length: int, sinks: int, window: int) -> tuple[Tensor, Tensor]:

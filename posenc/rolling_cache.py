@@ -13,7 +13,7 @@ The queries of an update attend over the ``N`` stored slots plus the new keys un
 ``window=W`` and ``sinks=S`` before any stored key is overwritten (the key a step replaces may
 still be visible to it, e.g. as a sink by position in a left-padded row). A one-token decode
 step writes its key into the scratch slot and attends over the ``N + 1`` slots in place (no
-copy of the cache); the next update first moves that key to its own slot (:func:`flush`). A
+copy of the cache); the next update first moves that key to its own slot (:meth:`Rolling.flush`). A
 longer update attends over ``cat(stored, new)`` and leaves a copy of its last key in the
 scratch slot, so the move is the same. Every decode step has the same shapes (one compiled
 graph for any number of steps), and the outputs equal a growing
@@ -24,15 +24,12 @@ graph for any number of steps), and the outputs equal a growing
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from ._checks import check_int, is_compiling
-
-if TYPE_CHECKING:
-    from .cache import KVCache
+from .cache_slots import CacheView, MaskColumns, Static
 
 
 def check_rolling(max_len: object, sinks: object, window: object) -> tuple[int | None, int | None]:
@@ -98,33 +95,52 @@ def check_rule(window: object, sinks: object, cache_window: int, cache_sinks: in
         )
 
 
-def flush(cache: KVCache) -> None:
-    """Copy the scratch slot (a copy of key ``filled - 1``) into that key's own slot: a no-op
-    if it is there already or nothing was written. Idempotent."""
-    assert cache.k is not None and cache.v is not None and cache.filled is not None
-    assert cache.positions is not None and cache.valid is not None
-    assert cache.sinks is not None and cache.window is not None and cache.max_len is not None
-    N = cache.max_len
-    last = write_slots(cache.filled - 1, 1, cache.sinks, cache.window)  # [1]
-    last = torch.where(cache.filled > 0, last, N)  # nothing written: the scratch slot itself
-    cache.k.index_copy_(2, last, cache.k[:, :, N:].clone())
-    cache.v.index_copy_(2, last, cache.v[:, :, N:].clone())
-    cache.positions.index_copy_(1, last, cache.positions[:, N:].clone())
-    cache.valid.index_copy_(1, last, cache.valid[:, N:].clone())
+class Rolling(Static):
+    """``KVCache(max_len=S + W, sinks=S, window=W)``: the first ``S`` keys and the last ``W``,
+    in ``S + W`` slots plus the scratch slot, written around in place."""
 
+    rolling = True
 
-def rolling_update(
-    cache: KVCache, k: Tensor, v: Tensor, pos: Tensor, new_valid: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
-    """Add ``k [B, H_kv, L, D_h]``, ``v [B, H_kv, L, D_v]`` at ``pos [B, L]`` (``new_valid
-    [B, L]``: False = padding) to a rolling ``cache``; returns ``(keys, values, positions,
-    valid, q_slot)`` for the queries: ``[B, H_kv, N + L, D]``, ``[B, N + L]`` and the new keys'
-    first slot ``N`` (``valid`` is False for unwritten slots and padding)."""
-    assert cache.max_len is not None and cache.sinks is not None and cache.window is not None
-    B, H, L, D = k.shape
-    N = cache.max_len
-    S = cache.sinks
-    if cache.k is None and new_valid is not None and S > 0 and not is_compiling():
+    def __init__(self, max_len: int, sinks: int, window: int) -> None:
+        super().__init__(max_len)
+        self.sinks: int = sinks
+        self.window: int = window
+
+    def written(self) -> Tensor | None:
+        """Every slot but the scratch one, once written."""
+        if self.filled is None or self.k is None:
+            return None
+        slots = torch.arange(self.k.shape[-2], device=self.k.device)
+        return written(self.filled, self.k.shape[-2]) & (slots < self.max_len)
+
+    def imposed_rule(self) -> tuple[int, int]:
+        """``(window, sinks)``: the rule attention must follow over these slots."""
+        return self.window, self.sinks
+
+    def mask_columns(self, new: int) -> MaskColumns:
+        held = 0 if self.filled is None or is_compiling() else self.held()
+        return MaskColumns(held, new, new, new, None, 0, True, True)
+
+    def flush(self) -> None:
+        """Copy the scratch slot (a copy of key ``filled - 1``) into that key's own slot: a
+        no-op if it is there already or nothing was written. Idempotent."""
+        if self.k is None:
+            return
+        assert self.v is not None and self.filled is not None
+        assert self.positions is not None and self.valid is not None
+        N = self.max_len
+        last = write_slots(self.filled - 1, 1, self.sinks, self.window)  # [1]
+        last = torch.where(self.filled > 0, last, N)  # nothing written: the scratch slot itself
+        self.k.index_copy_(2, last, self.k[:, :, N:].clone())
+        self.v.index_copy_(2, last, self.v[:, :, N:].clone())
+        self.positions.index_copy_(1, last, self.positions[:, N:].clone())
+        self.valid.index_copy_(1, last, self.valid[:, N:].clone())
+
+    def _warn_padded_sinks(self, new_valid: Tensor | None) -> None:
+        """A first update whose rows start with padding keeps pads as sinks: say so."""
+        S = self.sinks
+        if self.k is not None or new_valid is None or S == 0 or is_compiling():
+            return
         padded = ~new_valid[:, :S].all(-1)  # [B]: a pad among the first S slots
         if bool(padded.any()):
             warnings.warn(
@@ -134,42 +150,55 @@ def rolling_update(
                 "or prefill such rows without padding to keep their real first tokens",
                 stacklevel=4,
             )
-    if cache.k is None:  # N slots and the scratch slot
-        cache.k = k.new_zeros(B, H, N + 1, D)  # [B, H_kv, N + 1, D_h]
-        cache.v = v.new_zeros(B, H, N + 1, v.shape[-1])  # [B, H_kv, N + 1, D_v]
-        cache.positions = torch.zeros(B, N + 1, dtype=torch.long, device=k.device)  # [B, N + 1]
-        cache.filled = torch.zeros((), dtype=torch.long, device=k.device)
-        cache.next_start = torch.zeros(B, dtype=torch.long, device=k.device)  # [B]
-        # [B, N + 1]: False until written, then False for padding
-        cache.valid = torch.zeros(B, N + 1, dtype=torch.bool, device=k.device)
-    assert (cache.v is not None and cache.positions is not None and cache.filled is not None
-            and cache.valid is not None)
-    flush(cache)  # the stored slots: the sinks and the last W keys
-    real = new_valid if new_valid is not None else torch.ones(
-        B, L, dtype=torch.bool, device=k.device)  # [B, L]
-    if L == 1:  # a decode step: the new key in the scratch slot, attended in place
-        cache.k[:, :, N:].copy_(k)
-        cache.v[:, :, N:].copy_(v)
-        cache.positions[:, N:].copy_(pos)
-        cache.valid[:, N:].copy_(real)
-        cache.filled.add_(1)
-        return cache.k, cache.v, cache.positions, cache.valid, N
-    view = (
-        torch.cat([cache.k[:, :, :N], k], dim=-2),  # [B, H_kv, N + L, D_h]
-        torch.cat([cache.v[:, :, :N], v], dim=-2),  # [B, H_kv, N + L, D_v]
-        torch.cat([cache.positions[:, :N], pos], dim=-1),  # [B, N + L]
-        torch.cat([cache.valid[:, :N], real], dim=-1),  # [B, N + L]: written, not padding
-        N,
-    )
-    slots = write_slots(cache.filled, L, cache.sinks, cache.window)  # [L]
-    cache.k.index_copy_(2, slots, k)
-    cache.v.index_copy_(2, slots, v)
-    cache.positions.index_copy_(1, slots, pos)
-    cache.valid.index_copy_(1, slots, real)
-    if L:  # the last key's copy in the scratch slot, as a decode step leaves it
-        cache.k[:, :, N:].copy_(k[:, :, -1:])
-        cache.v[:, :, N:].copy_(v[:, :, -1:])
-        cache.positions[:, N:].copy_(pos[:, -1:])
-        cache.valid[:, N:].copy_(real[:, -1:])
-    cache.filled.add_(L)
-    return view
+
+    def append(
+        self, k: Tensor, v: Tensor, pos: Tensor, document_ids: Tensor | None,
+        new_valid: Tensor | None, defaulted: bool,
+    ) -> CacheView:
+        """The keys the queries attend over, ``[B, H_kv, N + L, D]`` (the ``N`` stored slots,
+        then the new keys) with ``valid [B, N + L]`` (False: unwritten or padding) and the new
+        keys' first slot ``N``; the new keys are then written in place."""
+        self._warn_padded_sinks(new_valid)
+        N, L = self.max_len, k.shape[-2]
+        if self.k is None:  # N slots and the scratch slot; valid False until written
+            self.allocate(k, v, N + 1, None)
+            assert self.valid is not None
+            self.valid.fill_(False)
+        self.flush()  # the stored slots: the sinks and the last W keys
+        assert self.k is not None and self.v is not None and self.filled is not None
+        assert self.positions is not None and self.valid is not None
+        real = new_valid if new_valid is not None else torch.ones(
+            pos.shape, dtype=torch.bool, device=k.device)  # [B, L]
+        if L == 1:  # a decode step: the new key in the scratch slot, attended in place
+            self._write_scratch(k, v, pos, real)
+            self.filled.add_(1)
+            self.advance(pos, new_valid)
+            return CacheView(self.k, self.v, self.positions, None, self.valid, N)
+        view = CacheView(
+            torch.cat([self.k[:, :, :N], k], dim=-2),  # [B, H_kv, N + L, D_h]
+            torch.cat([self.v[:, :, :N], v], dim=-2),  # [B, H_kv, N + L, D_v]
+            torch.cat([self.positions[:, :N], pos], dim=-1),  # [B, N + L]
+            None,
+            torch.cat([self.valid[:, :N], real], dim=-1),  # [B, N + L]: written, not padding
+            N,
+        )
+        slots = write_slots(self.filled, L, self.sinks, self.window)  # [L]
+        self.k.index_copy_(2, slots, k)
+        self.v.index_copy_(2, slots, v)
+        self.positions.index_copy_(1, slots, pos)
+        self.valid.index_copy_(1, slots, real)
+        if L:  # the last key's copy in the scratch slot, as a decode step leaves it
+            self._write_scratch(k[:, :, -1:], v[:, :, -1:], pos[:, -1:], real[:, -1:])
+        self.filled.add_(L)
+        self.advance(pos, new_valid)
+        return view
+
+    def _write_scratch(self, k: Tensor, v: Tensor, pos: Tensor, real: Tensor) -> None:
+        """One key, its value, position and validity into the scratch slot ``N``."""
+        assert self.k is not None and self.v is not None
+        assert self.positions is not None and self.valid is not None
+        N = self.max_len
+        self.k[:, :, N:].copy_(k)
+        self.v[:, :, N:].copy_(v)
+        self.positions[:, N:].copy_(pos)
+        self.valid[:, N:].copy_(real)
