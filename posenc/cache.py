@@ -39,13 +39,15 @@ _T = TypeVar("_T")
 
 
 class _Slot(Generic[_T]):
-    """A field of the cache's :class:`~posenc.cache_slots.Slots`, read and written through
+    """A field of the cache's ``Slots`` (``posenc.cache_slots``), read and written through
     :class:`KVCache` (the lab and a few tests set ``k`` and ``positions`` directly)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
     def __get__(self, cache: Any, owner: Any = None) -> _T:
+        if cache is None:  # the class's attribute: the descriptor (for the docs)
+            return self  # type: ignore[return-value]
         return getattr(cache._s, self.name)
 
     def __set__(self, cache: Any, value: _T) -> None:
@@ -148,7 +150,7 @@ class KVCache:
 
     def mask_columns(self, new: int) -> MaskColumns:
         """The widths a ``[B, T]`` padding or ``[B, Lq, T]`` who-sees-whom mask may take with
-        ``new`` new keys, and where the new keys sit (see :class:`~posenc.cache_slots.MaskColumns`)."""
+        ``new`` new keys, and where the new keys sit (a ``MaskColumns``)."""
         return self._s.mask_columns(new)
 
     def held_document_ids(self) -> Tensor | None:
@@ -166,7 +168,7 @@ class KVCache:
         self, k: Tensor, v: Tensor, positions: Tensor | None, document_ids: Tensor | None,
         new_valid: Tensor | None = None, defaulted: bool = False,
     ) -> CacheView:
-        """Add checked new keys (as :meth:`_update`) and return every key the queries attend
+        """Add checked new keys (as ``_update``) and return every key the queries attend
         over; the view's ``valid`` (``[B | 1, T]``) merges the padding the cache remembers
         with its written slots (None: every key is real)."""
         view = self._update(k, v, positions, document_ids, new_valid, defaulted)

@@ -54,10 +54,7 @@ _REDESIGN = "issue 33: to be removed by the redesign"
 _PUBLIC = "permanent: a public signature fixed by DESIGN/transformers (the rule is for private)"
 ALLOWLIST: dict[str, str] = {  # "rule: subject" -> reason
     'body lines: posenc.attention.attend': _REDESIGN,
-    'cycle: posenc.cache <-> posenc.rolling_cache': _REDESIGN,
-    'lazy import: posenc.rolling_cache -> posenc.cache': _REDESIGN,
     'module lines: posenc.attention': _REDESIGN,
-    'module lines: posenc.cache': _REDESIGN,
     'parameters: posenc.attention.MultiHeadAttention.__init__': _PUBLIC,
     'parameters: posenc.attention._varlen': _REDESIGN,
     'parameters: posenc.attention.attend': _PUBLIC,
