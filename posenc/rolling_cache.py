@@ -14,9 +14,9 @@ The queries of an update attend over the ``N`` stored slots plus the new keys un
 still be visible to it, e.g. as a sink by position in a left-padded row). A one-token decode
 step writes its key into the scratch slot and attends over the ``N + 1`` slots in place (no
 copy of the cache); the next update first moves that key to its own slot
-(:meth:`Rolling.flush`). A longer update attends over ``cat(stored, new)`` and leaves a copy of its last key in the
-scratch slot, so the move is the same. Every decode step has the same shapes (one compiled
-graph for any number of steps), and the outputs equal a growing
+(:meth:`Rolling.flush`). A longer update attends over ``cat(stored, new)`` and leaves a copy
+of its last key in the scratch slot, so the move is the same. Every decode step has the same
+shapes (one compiled graph for any number of steps), and the outputs equal a growing
 :class:`~posenc.cache.KVCache` whose :meth:`~posenc.cache.KVCache.evict` is given
 :func:`~posenc.cache.streaming_keep` after every update.
 """
