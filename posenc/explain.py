@@ -171,6 +171,11 @@ def _read(config: Any) -> dict[str, Any]:
                 raise ValueError(f"config file {path!r} is not valid JSON: {e}") from None
         if not isinstance(config, dict):
             raise ValueError(f"config file {path!r} must hold a JSON object")
+    if isinstance(config, type):
+        raise TypeError(
+            f"config must be a config instance, got the class {config.__name__}: pass "
+            f"{config.__name__}(...) or {config.__name__}.from_pretrained(...)"
+        )
     if not isinstance(config, Mapping) and not callable(getattr(config, "to_dict", None)):
         raise TypeError(
             "config must be a transformers config (with to_dict()), its dict, a config.json "

@@ -13,6 +13,8 @@ from typing import Any
 from .rope_scaling import ROPE_KEYS
 
 _NEEDS_ORIGINAL = ("yarn", "llama3", "longrope")
+_NUMERIC = ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
+            "low_freq_factor", "high_freq_factor")
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,18 @@ def param_issues(cfg: Mapping, p: dict[str, Any], rope_type: str) -> list[RopeIs
             "remove them, or use the rope_type they belong to"))  # fmt: skip
         for k in unknown:
             p.pop(k)
+    for k in _NUMERIC:
+        v = p.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            out.append(RopeIssue(f"rope_parameters[{k!r}]", f"must be a number, got {v!r} "
+                                 f"({type(v).__name__})", "write it as a JSON number",
+                                 blocking=True))
+            p.pop(k)
+    att = p.get("attention_factor")
+    if att is not None and att <= 0:
+        out.append(RopeIssue("rope_parameters['attention_factor']", f"must be > 0, got {att} "
+                             "(transformers warns)", "remove it to use the rule's default",
+                             blocking=True))
     factor = p.get("factor")
     if rope_type in ("linear", "dynamic", "yarn", "llama3") and (
         not isinstance(factor, (int, float)) or factor < 1

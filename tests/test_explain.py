@@ -379,3 +379,40 @@ def test_multimodal_configs_read_their_text_config():
     assert llama4.temperature_tuning == (8192.0, 0.1) and llama4.interleaved
     assert llama4.nope_query_scale == pytest.approx(
         posenc.llama4_attn_scale(torch.tensor([65535])).item())
+
+
+# Found by an outside probe (helper explainprobe).
+
+
+def test_a_config_class_instead_of_an_instance_is_named():
+    with pytest.raises(TypeError, match=r"got the class LlamaConfig: pass LlamaConfig\(\.\.\.\)"):
+        posenc.explain(transformers.LlamaConfig)
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("beta_fast", "32", "must be a number"),
+    ("attention_factor", -1.0, "must be > 0"),
+])  # fmt: skip
+def test_bad_yarn_values_are_issues_not_crashes(key, value, match):
+    cfg = {**_TINY, "max_position_embeddings": 1024, "rope_parameters": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
+        "rope_theta": 10000.0, key: value}}  # fmt: skip
+    report = posenc.explain(cfg)
+    bad = [i for i in report.issues if i.field == f"rope_parameters[{key!r}]"]
+    assert bad and bad[0].blocking and match in bad[0].message, report.issues
+    assert torch.isnan(report.scaled_inv_freq).all()
+
+
+@pytest.mark.parametrize(("name", "match"), [
+    ("f.foo", "extension must be one of"),
+    ("no/such/folder/f.png", "does not exist"),
+])  # fmt: skip
+def test_cli_bad_plot_path_is_one_line_before_any_work(tmp_path, capsys, name, match):
+    pytest.importorskip("matplotlib")
+    from posenc.lab.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(family("gpt-oss")["config"]))
+    assert main(["explain", str(path), "--plot", str(tmp_path / name)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "--plot" in err and match in err

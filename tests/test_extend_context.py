@@ -179,3 +179,45 @@ def test_bad_config_type():
         extend_context(42, 1024)
     with pytest.raises(ValueError, match="original_max_position_embeddings"):
         extend_context({**_TINY, "rope_parameters": {"rope_type": "yarn", "factor": 2.0}}, 1024)
+
+
+# Found by an outside probe (helper explainprobe): each of these once returned a config that
+# transformers warns about, or narrowed a model's own scaling without a word.
+
+
+def test_an_already_scaled_window_is_never_narrowed():
+    llama3 = {**_TINY, "max_position_embeddings": 2048, "rope_parameters": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 256, "rope_theta": 500000.0}}  # fmt: skip
+    with pytest.raises(ValueError, match=r"below the 2048 positions .*'llama3' .*factor 8.0"):
+        extend_context(llama3, 1024)
+    assert extend_context(llama3, 2048)["rope_parameters"] == llama3["rope_parameters"]
+    linear = {**_TINY, "max_position_embeddings": 1024,
+              "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5000.0}}
+    with pytest.raises(ValueError, match="below the 1024 positions"):
+        extend_context(linear, 512)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"beta_fast": "x"}, TypeError, "beta_fast must be a real number"),
+    ({"beta_fast": 1.0, "beta_slow": 32.0}, ValueError, "beta_fast must be greater"),
+    ({"attention_factor": -1.0}, ValueError, "attention_factor must be > 0"),
+    ({"truncate": "no"}, TypeError, "truncate must be a bool"),
+    ({"method": "llama3", "low_freq_factor": 4.0, "high_freq_factor": 1.0}, ValueError,
+     "high_freq_factor"),
+    ({"method": "longrope", "short_factor": [1.0] * 31, "long_factor": [2.0] * 31}, ValueError,
+     "has 31 factors"),
+    ({"method": "longrope", "short_factor": ["1"] * 32, "long_factor": [2.0] * 32}, TypeError,
+     "short_factor must be a list of numbers"),
+])  # fmt: skip
+def test_options_transformers_would_warn_about_are_refused(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        extend_context(dict(_TINY), 1024, **kwargs)
+
+
+def test_longrope_writes_its_factor_so_transformers_does_not_warn():
+    longer = extend_context(dict(_TINY), 1024, method="longrope", short_factor=[1.0] * 16,
+                            long_factor=[2.0] * 16)
+    assert longer["rope_parameters"]["factor"] == 4.0
+    config = _build(transformers.LlamaConfig, longer)
+    _check(config, 1024)

@@ -35,7 +35,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from .._checks import check_int
+from .._checks import check_bool, check_float, check_int
 
 METHODS = ("yarn", "llama3", "linear", "dynamic", "longrope")
 """The rope types ``extend_context`` writes (``longrope`` needs ``short_factor`` and
@@ -50,6 +50,8 @@ OPTIONS: dict[str, tuple[str, ...]] = {
 """The options each method accepts (``**options``), besides ``layer_types``: the layer types to
 widen when the config has RoPE per layer type."""
 _ORIGINAL = ("yarn", "llama3", "longrope")
+_POSITIVE = ("beta_fast", "beta_slow", "attention_factor", "low_freq_factor", "high_freq_factor")
+_REAL = ("mscale", "mscale_all_dim")
 
 
 def extend_context(config: Any, length: int, method: str | None = None, **options: Any) -> Any:
@@ -75,6 +77,7 @@ def extend_context(config: Any, length: int, method: str | None = None, **option
     for name in chosen:
         t, groups[name] = _extend_one(cfg, groups[name], length, method, options, name)
         trained = t if trained is None else trained
+        _check_result(cfg, groups[name], name)
     new = {**params, **{k: v for k, v in groups.items() if k is not None}} if nested else groups[None]
     out = copy.deepcopy(cfg)
     out[key] = new
@@ -83,6 +86,39 @@ def extend_context(config: Any, length: int, method: str | None = None, **option
     if out.get("original_max_position_embeddings") is not None and trained is not None:
         out["original_max_position_embeddings"] = trained  # Phi-3 keeps it at the top level
     return rebuild(out)
+
+
+def _check_options(options: Mapping[str, Any]) -> None:
+    """Refuse option values transformers would warn about or fail on."""
+    for k, v in options.items():
+        if k in _POSITIVE:
+            check_float(k, v, positive=True)
+        elif k in _REAL:
+            check_float(k, v)
+        elif k == "truncate":
+            check_bool(k, v)
+        elif k in ("short_factor", "long_factor") and not (
+            isinstance(v, (list, tuple)) and v
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+        ):
+            raise TypeError(f"{k} must be a list of numbers, one per rotary pair, got {v!r}")
+
+
+def _check_result(cfg: Mapping, p: Mapping, name: Any) -> None:
+    """Refuse a result ``posenc.explain`` finds blocking (transformers would warn): beta_fast
+    <= beta_slow, high_freq_factor <= low_freq_factor, LongRoPE factors of the wrong length."""
+    from ..explain_issues import param_issues  # encodings layer: no transformers import
+
+    rope_type = _rope_type(p)
+    clean = {k: v for k, v in p.items() if k not in ("type", "mrope_section", "mrope_interleaved")}
+    clean["rope_type"] = rope_type
+    one = {k: v for k, v in cfg.items() if k not in ("rope_parameters", "rope_scaling")}
+    one["max_position_embeddings"] = None  # the window check is extend_context's own
+    bad = [i for i in param_issues(one, clean, rope_type) if i.blocking]
+    if bad:
+        where = "" if name is None else f" (layer type {name!r})"
+        raise ValueError(f"extend_context would write a RoPE config transformers warns "
+                         f"about{where}: " + "; ".join(map(str, bad)))
 
 
 def _to_dict(config: Any) -> tuple[dict[str, Any], Any]:
@@ -151,10 +187,21 @@ def _extend_one(
             f"options {unknown} are not used by method {use!r}; allowed: "
             f"{list(OPTIONS[use]) + ['layer_types']}"
         )
+    _check_options(options)
     trained = _trained(cfg, p, have)
     if length < trained:
         raise ValueError(
             f"length must be >= the trained length {trained}{where}, got {length}"
+        )
+    old = p.get("factor")
+    if have not in ("default", "longrope") and isinstance(old, (int, float)) and (
+        length < old * trained
+    ):
+        raise ValueError(
+            f"length {length} is below the {int(old * trained)} positions the config's own "
+            f"{have!r} scaling already reaches{where} (factor {old} x trained length "
+            f"{trained}); narrowing it would change the frequencies the model was tuned with: "
+            f"use the config as it is, or pass length >= {int(old * trained)}"
         )
     if use == "longrope" and not all(options.get(k) for k in ("short_factor", "long_factor")):
         raise ValueError(
@@ -170,8 +217,7 @@ def _extend_one(
     if use == "llama3":
         out.setdefault("low_freq_factor", 1.0)
         out.setdefault("high_freq_factor", 4.0)
-    if use != "longrope" or "factor" in p:
-        out["factor"] = float(factor)
+    out["factor"] = float(factor)  # longrope too: without it transformers 5.24 warns
     if use in _ORIGINAL:
         out["original_max_position_embeddings"] = trained
     else:

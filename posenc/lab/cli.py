@@ -155,6 +155,11 @@ def _explain_parser(sub) -> None:
 
 def explain_command(args: argparse.Namespace, prog: str = "python -m posenc") -> int:
     """``python -m posenc explain``: print the report; errors in the config are one line, status 2."""
+    if args.plot is not None:
+        bad = _plot_path_error(args.plot)
+        if bad:
+            print(f"{prog} explain: error: {bad}", file=sys.stderr)
+            return 2
     try:
         report = explain(str(args.config), context=args.context)
     except (ValueError, TypeError) as e:
@@ -162,10 +167,6 @@ def explain_command(args: argparse.Namespace, prog: str = "python -m posenc") ->
         return 2
     print(report.to_table(args.lang))
     if args.plot is not None:
-        if not _has_matplotlib():
-            print(f"{prog} explain: error: --plot needs matplotlib (pip install 'posenc[plot]')",
-                  file=sys.stderr)
-            return 2
         import matplotlib
 
         matplotlib.use("Agg")
@@ -173,6 +174,22 @@ def explain_command(args: argparse.Namespace, prog: str = "python -m posenc") ->
         fig.savefig(args.plot, bbox_inches="tight")
         print(f"wrote {args.plot}")
     return 0
+
+
+def _plot_path_error(path: Path) -> str | None:
+    """Why ``--plot PATH`` cannot be written (checked before any work), or None."""
+    if not _has_matplotlib():
+        return "--plot needs matplotlib (pip install 'posenc[plot]')"
+    from matplotlib.figure import Figure
+
+    kinds = sorted(Figure().canvas.get_supported_filetypes())
+    ext = path.suffix.lower().lstrip(".")
+    if ext and ext not in kinds:  # no extension: matplotlib writes PNG
+        return f"argument --plot: the file's extension must be one of {kinds}, got {path.name!r}"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"argument --plot: folder {str(parent)!r} does not exist (got {str(path)!r})"
+    return None
 
 
 def _plot(ex, path: Path) -> None:
