@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._checks import check_bool, check_float, check_int
+from ..explain_issues import param_issues
 
 METHODS = ("yarn", "llama3", "linear", "dynamic", "longrope")
 """The rope types ``extend_context`` writes (``longrope`` needs ``short_factor`` and
@@ -107,8 +108,6 @@ def _check_options(options: Mapping[str, Any]) -> None:
 def _check_result(cfg: Mapping, p: Mapping, name: Any) -> None:
     """Refuse a result ``posenc.explain`` finds blocking (transformers would warn): beta_fast
     <= beta_slow, high_freq_factor <= low_freq_factor, LongRoPE factors of the wrong length."""
-    from ..explain_issues import param_issues  # encodings layer: no transformers import
-
     rope_type = _rope_type(p)
     clean = {k: v for k, v in p.items() if k not in ("type", "mrope_section", "mrope_interleaved")}
     clean["rope_type"] = rope_type
