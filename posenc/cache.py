@@ -337,8 +337,9 @@ class KVCache:
 
     def reset(self) -> None:
         """Empty the cache for a new batch. A static cache keeps its buffers and zeroes its
-        write pointer in place (a compiled step stays valid; a new batch shape reallocates on
-        the next update). The owning layer is kept."""
+        write pointer in place (a compiled decode step stays valid; the first prefill after a
+        reset compiles one more graph, since the buffers now exist, and later batches reuse it;
+        a new batch shape reallocates on the next update). The owning layer is kept."""
         self._s.reset()
 
     def _check_crop(self, n: object) -> int:
@@ -426,9 +427,9 @@ class LayerCaches(Sequence[KVCache]):
     ``LayerCaches(num_layers, *, max_len=None, sinks=None, window=None)`` (keyword-only; an int
     ``max_len`` gives every layer a static cache of that many slots, with ``sinks`` and
     ``window`` a rolling one, as :class:`~posenc.cache.KVCache` takes them); ``caches[i]`` is
-    layer ``i``'s cache. Pass it where a model takes its caches
-    (``TransformerLM(...)(tokens, caches=caches)``) and give ``caches[i]`` to layer ``i``: a
-    cache holds one layer's keys.
+    layer ``i``'s cache. In a model of your own, give ``caches[i]`` to layer ``i``
+    (``layer(x, cache=caches[i])``): a cache holds one layer's keys. The verbs (``reset``,
+    ``crop``, ``select``, ``evict``) act on every layer at once.
     """
 
     def __init__(
