@@ -406,18 +406,24 @@ class KVCache:
 
 def streaming_keep(length: int, sinks: int, window: int) -> tuple[Tensor, Tensor]:
     """StreamingLLM's eviction for a cache of ``length`` keys at positions ``0 .. length - 1``
-    inside the cache: keep the first ``sinks`` keys and the latest ``window``; the kept keys
-    take positions ``0 .. len(keep) - 1``. Returns ``(keep, delta)``, both int64 ``[K]``: the
-    slots kept (pass ``keep`` to :meth:`~posenc.cache.KVCache.evict`) and each kept key's change of position
-    (new minus old, ``<= 0``). Nothing is evicted (``delta`` all 0) while
-    ``length <= sinks + window``."""
+    inside the cache, before the next token: keep the first ``sinks`` keys and the latest
+    ``window - 1``, so that the next token's query sees ``window`` keys counting itself plus
+    the sinks, exactly :func:`~posenc.attention.attend`'s ``window=window, sinks=sinks`` (query
+    ``m`` sees keys ``m - window < n <= m`` and ``n < sinks``), with or without that rule
+    given to attention. ``window`` means the same in ``attend``, ``KVCache(window=)`` and here
+    (before 0.4.0 this kept the latest ``window``: one key more than ``attend(window=window)``
+    shows). The kept keys take positions ``0 .. len(keep) - 1``. Returns ``(keep, delta)``,
+    both int64 ``[K]``: the slots kept (pass ``keep`` to :meth:`~posenc.cache.KVCache.evict`)
+    and each kept key's change of position (new minus old, ``<= 0``). Nothing is evicted
+    (``delta`` all 0) while ``length <= sinks + window - 1``."""
     length = check_int("length", length, minimum=0)
     sinks = check_int("sinks", sinks, minimum=0)
     window = check_int("window", window, minimum=1)
-    if length <= sinks + window:
+    recent = window - 1  # the next token is the window's last key
+    if length <= sinks + recent:
         keep = torch.arange(length)
     else:
-        keep = torch.cat([torch.arange(sinks), torch.arange(length - window, length)])
+        keep = torch.cat([torch.arange(sinks), torch.arange(length - recent, length)])
     return keep, torch.arange(len(keep)) - keep
 
 

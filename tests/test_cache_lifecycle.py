@@ -231,7 +231,7 @@ def test_streaming_keep_in_the_library():
     from posenc.lab import production
 
     assert production.streaming_keep is streaming_keep and "streaming_keep" in production.__all__
-    keep, delta = streaming_keep(10, 2, 4)
+    keep, delta = streaming_keep(10, 2, 5)  # the latest window - 1: room for the next token
     assert keep.tolist() == [0, 1, 6, 7, 8, 9] and delta.tolist() == [0, 0, -4, -4, -4, -4]
     for args, err, msg in (((-1, 0, 1), ValueError, "length must be an int >= 0, got -1"),
                            ((5, -1, 1), ValueError, "sinks must be an int >= 0, got -1"),

@@ -169,7 +169,7 @@ def _ch10_visibility(layout: float, x: list[list[float]]) -> list[torch.Tensor]:
             held = torch.cat([held, torch.tensor([t])])
             seen[t, held] = True
             if len(held) >= S + W:
-                held = held[streaming_keep(len(held), S, W - 1)[0]]
+                held = held[streaming_keep(len(held), S, W)[0]]
     return [(m - n).double().masked_fill(~seen, float("-inf"))]
 
 

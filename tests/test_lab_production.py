@@ -148,7 +148,7 @@ def _stream_moving_every_key(model, x, *, window, sinks):
         logits.append(prod.forward(model, x[:, t:t + 1], positions=pos, caches=caches)[:, 0])
         if held + 1 < size:
             continue
-        keep, delta = prod.streaming_keep(held + 1, sinks, window - 1)
+        keep, delta = prod.streaming_keep(held + 1, sinks, window)
         for block, cache in zip(model.blocks, caches, strict=True):
             cache.evict(keep)
             rope = getattr(block.attn.scheme, "rotary", None)
@@ -172,12 +172,12 @@ def test_moving_only_the_sinks_equals_moving_every_key(models, scheme):
 
 
 def test_streaming_keep():
-    keep, delta = prod.streaming_keep(10, 2, 4)
+    keep, delta = prod.streaming_keep(10, 2, 5)  # the latest window - 1 and the sinks
     assert keep.tolist() == [0, 1, 6, 7, 8, 9]
     assert delta.tolist() == [0, 0, -4, -4, -4, -4]
     keep, delta = prod.streaming_keep(5, 2, 4)  # fits: nothing moves
     assert keep.tolist() == list(range(5)) and delta.tolist() == [0] * 5
-    keep, delta = prod.streaming_keep(7, 0, 3)
+    keep, delta = prod.streaming_keep(7, 0, 4)
     assert keep.tolist() == [4, 5, 6] and delta.tolist() == [-4, -4, -4]
     with pytest.raises(ValueError, match="window"):
         prod.streaming_keep(5, 1, 0)

@@ -330,7 +330,7 @@ def test_rebased_stream_stays_small_and_equals_original_positions(sinks):
             torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
         for cache in (rebased, original):
             if len(cache) >= sinks + W:
-                cache.evict(posenc.streaming_keep(len(cache), sinks, W - 1)[0])
+                cache.evict(posenc.streaming_keep(len(cache), sinks, W)[0])
         if t % R == R - 1:
             serving.rebase_cache(rebased, scheme, keep=sinks)
     assert highest < sinks + W + R

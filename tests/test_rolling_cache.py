@@ -58,7 +58,7 @@ class Pair:
             warnings.simplefilter("ignore")
             want = attend(q, k, v, self.scheme, cache=self.ref, attention_mask=ref_mask,
                           positions=positions, window=self.W, sinks=self.S, backend=self.backend)
-        keep, _ = streaming_keep(len(self.ref), self.S, self.W)
+        keep, _ = streaming_keep(len(self.ref), self.S, self.W + 1)  # as many keys as the rolling cache
         if len(keep) < len(self.ref):
             self.ref.evict(keep)
         return got, want
@@ -178,7 +178,7 @@ def test_compiled_step_compiles_once_across_wrap_around(name):
                 warnings.simplefilter("ignore")
                 want = attend(q, k, v, scheme, cache=pair.ref, window=4, sinks=2)
             assert held == len(pair.ref) - 1
-            pair.ref.evict(streaming_keep(len(pair.ref), 2, 4)[0])
+            pair.ref.evict(streaming_keep(len(pair.ref), 2, 5)[0])
             close(got, want)
     assert counter.frame_count == 1
     assert pair.roll.filled is not None and int(pair.roll.filled) == 25

@@ -144,6 +144,32 @@ def test_4_filled_cache_reused_for_a_new_batch_says_call_reset(max_len):
     # what stays undetectable: same batch size, no mask, no positions (the cache continues)
 
 
+# --------------------------------------------------------------------------- 5. streaming_keep
+
+
+@pytest.mark.parametrize("rule", [False, True])
+def test_5_streaming_keep_window_is_attends_window(rule):
+    # evict with streaming_keep(len, S, W) before each token: the stream equals one pass under
+    # attend(window=W, sinks=S), whether or not the rule is given again (was: W + 1 keys)
+    S, W, L = 2, 4, 14
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, L, 16, generator=g) for _ in range(3))
+    rope = posenc.RoPE(16)
+    want = posenc.attend(q, k, v, rope, window=W, sinks=S)
+    cache = posenc.KVCache()
+    got = []
+    for t in range(L):
+        keep, _ = posenc.streaming_keep(len(cache), S, W)
+        if len(keep) < len(cache):
+            cache.evict(keep)
+        assert len(cache) <= S + W - 1
+        sl = slice(t, t + 1)
+        extra = {"window": W, "sinks": S} if rule else {}
+        got.append(posenc.attend(q[:, :, sl], k[:, :, sl], v[:, :, sl], rope, cache=cache,
+                                 positions=torch.tensor([t]), **extra))
+    torch.testing.assert_close(torch.cat(got, 2), want, atol=1e-5, rtol=1e-5)
+
+
 # --------------------------------------------------------------------------- 8. streaming, trees
 
 

@@ -247,7 +247,7 @@ def stream(
         logits.append(forward(model, tokens[:, t:t + 1], positions=pos, caches=caches)[:, 0])
         if len(caches[0]) < size:
             continue
-        keep, _ = streaming_keep(len(caches[0]), sinks, window - 1)  # room for the next token
+        keep, _ = streaming_keep(len(caches[0]), sinks, window)  # room for the next token
         shift = t + 2 - size  # the sinks' move, so the next query (t + 1) sits at size - 1
         full_steps += 1
         rebase = rebase_every is not None and full_steps % rebase_every == 0

@@ -107,7 +107,8 @@ def check_streaming_keep(fn: Callable[[int, int, int], tuple[Tensor, Tensor]], *
     keys at positions ``0 .. length - 1`` inside the cache and may hold ``sinks + window``;
     ``keep`` are the slots it keeps (the first ``sinks`` and the latest ``window``) and
     ``delta`` each kept key's change of position (new minus old) when the kept keys take
-    positions ``0, 1, ...``. Compared with ``posenc.streaming_keep``."""
+    positions ``0, 1, ...``. Compared with ``posenc.streaming_keep(length, sinks, window + 1)``
+    (whose ``window`` is attention's: the next token is its last key)."""
     check_lang(lang)
     for length, sinks, window in [(10, 2, 4), (70, 4, 60), (6, 1, 8), (9, 0, 5)]:
         setting = f"length={length}, sinks={sinks}, window={window}"
@@ -124,7 +125,7 @@ def check_streaming_keep(fn: Callable[[int, int, int], tuple[Tensor, Tensor]], *
                 return fail(say(lang, en=f"{name} must hold integers, got dtype {t.dtype}",
                                 zh=f"{name} 必须是整数，得到的 dtype 是 {t.dtype}"),
                             setting, lang)
-        want_keep, want_delta = streaming_keep(length, sinks, window)
+        want_keep, want_delta = streaming_keep(length, sinks, window + 1)
         for got, want, en, zh in ((keep, want_keep, "keep", "keep"),
                                   (delta, want_delta, "delta", "delta")):
             problem = compare(got.float(), want.float(), what=say(lang, en=en, zh=zh),
