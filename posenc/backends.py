@@ -175,12 +175,21 @@ def repeat_kv(t: Tensor, groups: int) -> Tensor:
     return t if groups == 1 else t.repeat_interleave(groups, dim=1)
 
 
+def _grouped(q: Tensor, k: Tensor) -> bool:
+    """Whether k/v carry fewer heads than q, as a Python bool: under ``torch.compile`` with
+    dynamic shapes the comparison is a ``SymBool``, which SDPA's ``enable_gqa`` refuses; the
+    branch makes dynamo guard on it and pass a constant."""
+    if q.shape[1] != k.shape[1]:
+        return True
+    return False
+
+
 def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float = 0.0, *,
          is_causal: bool = False, scale: float | None = None) -> Tensor:
     """torch's SDPA, grouped-query heads through ``enable_gqa``."""
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-        enable_gqa=q.shape[1] != k.shape[1],
+        enable_gqa=_grouped(q, k),
     )
 
 
@@ -369,7 +378,7 @@ def run_fast(
         score_mod = index_score_mod(scheme, q, k_len, causal)
         block_mask = causal_block_mask(q_len, k_len, q.device) if causal else None
         return flex_fn()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
-                         enable_gqa=q.shape[1] != k.shape[1])
+                         enable_gqa=_grouped(q, k))
     mask = index_mask(scheme, q, k_len, causal)
     if chosen == "math":
         allowed = causal_mask(q_len, k_len, q.device) if causal and mask is None else None
@@ -405,7 +414,7 @@ def run_by_rule(
     if chosen == "flex":
         score_mod = position_score_mod_or_refuse(scheme, rule, softmax.softcap)
         return flex_fn()(q, k, v, score_mod=score_mod, block_mask=block_visibility(rule),
-                         scale=softmax.scale, enable_gqa=q.shape[1] != k.shape[1])
+                         scale=softmax.scale, enable_gqa=_grouped(q, k))
     allowed = dense_visibility(rule)  # [B, 1, Lq, Lk]
     empty = ~allowed.any(-1, keepdim=True) if facts.may_be_empty else None  # [B, 1, Lq, 1]
     if empty is not None:
