@@ -182,7 +182,10 @@ class Slots:
 
 
 class Growing(Slots):
-    """``KVCache()``: keys appended by concatenation; evict keeps the slots it is given."""
+    """``KVCache()``: keys appended after the held ones (into spare room, or by
+    concatenation); evict keeps the slots it is given."""
+
+    _room: list[tuple[Tensor | None, Tensor | None]] | None = None  # (buffer, view handed out)
 
     def mask_columns(self, new: int) -> MaskColumns:
         held = 0 if self.k is None else self.k.shape[-2]
@@ -196,21 +199,21 @@ class Growing(Slots):
         """Concatenate ``k``, ``v`` at ``pos [B, L]`` (checked); ``defaulted``: ``pos`` are
         :meth:`next_positions`' and follow every row's keys."""
         B, L = pos.shape
+        valid = None
         if new_valid is not None or self.valid is not None:  # remember the padding
             T_old = 0 if self.k is None else self.k.shape[-2]
             old = self.valid if self.valid is not None else torch.ones(
                 B, T_old, dtype=torch.bool, device=k.device)
             new = new_valid if new_valid is not None else torch.ones(
                 B, L, dtype=torch.bool, device=k.device)
-            self.valid = torch.cat([old, new], dim=-1)  # [B, T]
+            valid = (old, new)
         if self.k is None or self.v is None or self.positions is None:
             self.k, self.v, self.positions = k, v, pos
             self.document_ids = document_ids
+            if valid is not None:
+                self.valid = torch.cat(valid, dim=-1)  # [B, T]
         else:
-            self.k, self.v = torch.cat([self.k, k], dim=-2), torch.cat([self.v, v], dim=-2)
-            self.positions = torch.cat([self.positions, pos], dim=-1)
-            if document_ids is not None and self.document_ids is not None:
-                self.document_ids = torch.cat([self.document_ids, document_ids], dim=-1)
+            self._extend(k, v, pos, document_ids, valid)
         self.seen += L
         if L and defaulted and new_valid is None and self.next_start is not None:
             # default positions start at each row's top (or row 0's, while the rows agree)
@@ -223,6 +226,64 @@ class Growing(Slots):
             self.next_start = pos.new_zeros(B)
         T = self.k.shape[-2]
         return CacheView(self.k, self.v, self.positions, self.document_ids, None, T - L)
+
+    def _extend(
+        self, k: Tensor, v: Tensor, pos: Tensor, document_ids: Tensor | None,
+        valid: tuple[Tensor, Tensor] | None,
+    ) -> None:
+        """Append after the held keys: into spare room reserved by an earlier append when
+        nothing replaced the held tensors since (eager, no gradient through ``k``, ``v``),
+        else by concatenation. The held tensors are then views of buffers with room for
+        about a quarter more keys: a decode step copies one key, not the whole cache, and
+        frees nothing (a freed cache-sized block between small ones is not reused by glibc's
+        allocator and is page-faulted in again). Slots a view handed out shows are never
+        written again: crop, evict, select or a field set from outside start a new buffer."""
+        assert self.k is not None and self.v is not None and self.positions is not None
+        new = [k, v, pos, document_ids, None if valid is None else valid[1]]
+        held = [self.k, self.v, self.positions, self.document_ids,
+                None if valid is None else valid[0]]
+        dims = (2, 2, 1, 1, 1)
+        if (is_compiling() or (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad))
+                or any((t is None) != (n is None) for t, n in zip(held, new, strict=True))):
+            out = [None if t is None or n is None else torch.cat([t, n], dim=d)
+                   for t, n, d in zip(held, new, dims, strict=True)]
+            self._room = None
+        else:
+            out = self._into_room(held, new, dims)
+        self.k, self.v, self.positions, self.document_ids = out[0], out[1], out[2], out[3]
+        if valid is not None:
+            self.valid = out[4]
+
+    def _into_room(
+        self, held: list[Tensor | None], new: list[Tensor | None], dims: tuple[int, ...]
+    ) -> list[Tensor | None]:
+        """``held`` extended by ``new`` along ``dims`` in buffers with spare room."""
+        T, L = held[0].shape[2], new[0].shape[2]  # type: ignore[union-attr]
+        room = self._room
+        if (room is None or room[0][0] is None or room[0][0].shape[2] < T + L
+                or any(r[1] is not t for r, t in zip(room, held, strict=True))):
+            cap = T + L + max(64, (T + L) // 4)
+            bufs: list[Tensor | None] = []
+            for t, d in zip(held, dims, strict=True):
+                if t is None:
+                    bufs.append(None)
+                    continue
+                shape = list(t.shape)
+                shape[d] = cap
+                fresh = t.new_empty(shape)
+                fresh.narrow(d, 0, T).copy_(t)
+                bufs.append(fresh)
+        else:
+            bufs = [r[0] for r in room]
+        out: list[Tensor | None] = []
+        for b, n, d in zip(bufs, new, dims, strict=True):
+            if b is None or n is None:
+                out.append(None)
+                continue
+            b.narrow(d, T, L).copy_(n)
+            out.append(b.narrow(d, 0, T + L))
+        self._room = [(b, o) for b, o in zip(bufs, out, strict=True)]
+        return out
 
     def evict(self, keep: Tensor) -> None:
         """Keep the slots ``keep`` (a checked 1-D int64 index on the cache's device)."""

@@ -195,3 +195,30 @@ def test_attributes_read_outside_stay_and_write_through():
     grow._recompute_next()
     assert torch.equal(grow.next_positions(1, torch.device("cpu")), torch.tensor([13]))
     assert grow._s.positions is grow.positions
+
+
+def test_growing_appends_into_room_without_touching_views_handed_out():
+    cache = KVCache()
+    cache.update(*_kv(4))
+    cache.update(*_kv(1, 1))
+    first = cache.k.clone()
+    held = cache.k  # a view of the buffer with room
+    cache.update(*_kv(1, 2))
+    assert torch.equal(held, first) and cache.k.shape[-2] == 6
+    assert cache.k.untyped_storage().data_ptr() == held.untyped_storage().data_ptr()  # no copy
+    cache.crop(3)
+    before = held.clone()
+    cache.update(*_kv(2, 3))  # after a crop: a new buffer, the old view unchanged
+    assert torch.equal(held, before) and cache.k.shape[-2] == 5
+    assert torch.equal(cache.positions, torch.arange(5).expand(B, 5))
+
+
+def test_growing_with_gradients_concatenates():
+    cache = KVCache()
+    k, v = (t.requires_grad_() for t in _kv(3))
+    cache.update(k, v)
+    k1, v1 = (t.requires_grad_() for t in _kv(1, 1))
+    cache.update(k1, v1)
+    cache.update(k1 * 2, v1 * 2)
+    (cache.k.sum() + cache.v.sum()).backward()
+    assert torch.equal(k1.grad, torch.full_like(k1, 3.0))
