@@ -416,3 +416,39 @@ def test_cli_bad_plot_path_is_one_line_before_any_work(tmp_path, capsys, name, m
     assert main(["explain", str(path), "--plot", str(tmp_path / name)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "--plot" in err and match in err
+
+
+def _transformers_log(cls, cfg) -> tuple[object, str]:
+    """The config transformers builds from ``cfg`` and everything it logs while doing so."""
+    transformers.utils.logging.warning_once.cache_clear()  # else a repeated warning is silent
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        built = cls(**json.loads(json.dumps(cfg)))
+    finally:
+        logger.removeHandler(handler)
+    return built, buf.getvalue()
+
+
+def test_the_your_model_pages_claims_about_transformers():
+    """book/your_model.ipynb states two things transformers does, which its cells (that never
+    import transformers) cannot check: Phi-3.5's config gives no ``factor``, and transformers
+    derives 32 and logs a warning; a hand-written YaRN config without
+    ``original_max_position_embeddings`` gets ``max_position_embeddings`` in its place, and
+    transformers logs nothing. Both against the installed transformers."""
+    phi, log = _transformers_log(transformers.Phi3Config, family("phi3.5-mini")["config"])
+    assert "factor" not in {k for k, v in phi.rope_parameters.items() if v is not None}
+    assert "Please set the `factor` field" in log
+    _, factor = ROPE_INIT_FUNCTIONS["longrope"](phi, None, 131072)  # attention factor of 32
+    assert abs(factor - (1 + torch.log(torch.tensor(32.0)) / torch.log(torch.tensor(4096.0)))
+               .sqrt().item()) < 1e-6  # fmt: skip
+    mine = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+            "max_position_embeddings": 16384, "rope_theta": 10000.0,
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}  # fmt: skip
+    yarn, log = _transformers_log(transformers.LlamaConfig, mine)
+    assert log == ""
+    assert yarn.rope_parameters["original_max_position_embeddings"] == 16384
+    assert [i.field for i in posenc.explain(mine).issues] == [
+        "rope_parameters['original_max_position_embeddings']"]
