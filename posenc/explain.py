@@ -62,9 +62,11 @@ class RopeReport:
 
     ``training_length`` is the trained length (``original_max_position_embeddings``, else
     ``max_position_embeddings``; for ``linear``, ``max_position_embeddings / factor``);
-    ``reach`` the length the scaling is built for (``factor * training_length``; ``None`` for
-    ``dynamic``, which follows the sequence); ``target_length`` the ``context`` asked for, else
-    ``max_position_embeddings``. ``scaled_*`` are the values at the target length.
+    ``reach`` the length the scaling is built for (``factor * training_length``, or
+    ``max_position_embeddings`` for ``llama3`` and ``longrope``; ``None`` for ``dynamic``, which
+    follows the sequence); ``target_length`` the ``context`` asked for, else
+    the larger of ``max_position_embeddings`` and ``reach``. ``scaled_*`` are the values at the
+    target length.
 
     Per pair (``[num_pairs]``): ``inv_freq`` (theta_i before scaling), ``wavelength``
     (``2*pi / theta_i`` positions), ``turns`` (full turns within ``training_length``; ``< 1``:
@@ -140,9 +142,10 @@ def explain(config: Any, *, context: int | None = None) -> RopeReport:
     ``config``: a transformers config object (anything with ``to_dict()``), its dict (a
     ``config.json``, 4.x ``rope_scaling`` or 5.x ``rope_parameters`` form; a multimodal config's
     ``text_config`` is read), a path to a ``config.json``, or a ``posenc.RotaryEmbedding``.
-    ``context``: the length you want to run at (positions); default the config's
-    ``max_position_embeddings``. Several layer types (Gemma 3) give one report per type: the
-    first (``full_attention`` where present) is returned, the others in ``report.layers``.
+    ``context``: the length you want to run at (positions); default the larger of the
+    config's ``max_position_embeddings`` and what its scaling reaches. Several layer types
+    (Gemma 3) give one report per type: the first (``full_attention`` where present) is
+    returned, the others in ``report.layers``.
     """
     if context is not None:
         context = check_int("context", context, minimum=1)

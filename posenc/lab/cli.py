@@ -147,7 +147,8 @@ def _explain_parser(sub) -> None:
     )
     e.add_argument("config", type=Path, help="a model's config.json")
     e.add_argument("--context", type=lambda t: _int(t, 1), default=None,
-                   help="the length you want to run at (default: max_position_embeddings)")
+                   help="the length you want to run at (default: max_position_embeddings, "
+                        "or the scaling's reach where larger)")
     e.add_argument("--plot", type=Path, default=None,
                    help="save the wavelength figure here (PNG, PDF, SVG); needs matplotlib")
     e.add_argument("--lang", choices=("en", "zh"), default="en", help="en (default) or zh")
