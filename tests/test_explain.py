@@ -10,6 +10,7 @@ import json
 import logging
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -337,8 +338,11 @@ def test_cli_plot_and_language(tmp_path, capsys):
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(family("gpt-oss")["config"]))
-    assert main(["explain", str(path), "--plot", str(tmp_path / "f.png"), "--lang", "zh"]) == 0
+    with warnings.catch_warnings(record=True) as caught:  # the Chinese text in a CJK font
+        warnings.simplefilter("always")
+        assert main(["explain", str(path), "--plot", str(tmp_path / "f.png"), "--lang", "zh"]) == 0
     assert (tmp_path / "f.png").stat().st_size > 0 and "波长" in capsys.readouterr().out
+    assert not [w for w in caught if "missing from font" in str(w.message)]
     with pytest.raises(SystemExit):
         main(["explain", str(path), "--context", "-3"])
 

@@ -171,6 +171,13 @@ def explain_command(args: argparse.Namespace, prog: str = "python -m posenc") ->
         import matplotlib
 
         matplotlib.use("Agg")
+        if args.lang == "zh":  # a CJK font that matplotlib's cache may not list yet, registered
+            from .plot import cjk_font
+
+            try:
+                cjk_font()
+            except RuntimeError as e:  # none installed: the figure's Chinese text shows as boxes
+                print(f"{prog} explain: warning: {e}", file=sys.stderr)
         fig = report.plot(lang=args.lang)
         fig.savefig(args.plot, bbox_inches="tight")
         print(f"wrote {args.plot}")
