@@ -15,7 +15,7 @@ runs a call and why (:func:`~posenc.backends.effective_backend`), are in :mod:`p
 
 from __future__ import annotations
 
-import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -30,27 +30,34 @@ from ._checks import (
     check_tensor,
     check_window,
     is_compiling,
-    warn_caller,
+)
+from .attend_inputs import (
+    Call,
+    Seen,
+    check_call,
+    check_qkv,
+    check_runs,
+    check_seen,
+    near,
+    new_valid,
+    refuse_with_rolling,
+    warn_hidden,
+    warn_if_restarting,
 )
 from .backends import (  # noqa: F401  (BACKENDS, CAUSAL_CHUNK: re-exported)
     BACKENDS,
     CAUSAL_CHUNK,
     RuleFacts,
-    check_sinks,
+    Softmax,
     check_softmax,
     run_by_rule,
     run_fast,
     run_one_query,
 )
 from .cache import KVCache
-from .masks import (  # noqa: F401  (causal_mask, causal_block_mask: re-exported)
-    Visibility,
-    causal_block_mask,
-    causal_mask,
-)
-from .positions import _check_mask, packed_positions
-from .rolling_cache import check_rule
-from .schemes import NoPE, PositionScheme, _a_class, make_scheme
+from .masks import Visibility, causal_block_mask, causal_mask  # noqa: F401  (re-exported)
+from .positions import packed_positions
+from .schemes import PositionScheme, make_scheme
 
 
 def attend(
@@ -148,152 +155,117 @@ def attend(
             cache's, ``document_ids`` or a who-sees-whom mask. Every argument is checked
             before the ``cache`` is written: a refused call leaves the cache as it was.
     """
-    if cu_seqlens is not None or max_seqlen is not None:
+    if cu_seqlens is not None or max_seqlen is not None:  # flash-attn's layout: its own function
         return _varlen(q, k, v, scheme, cu_seqlens, max_seqlen, causal, window, scale, backend,
                        dropout_p, dict(positions=positions, key_positions=key_positions,
                                        attention_mask=attention_mask, document_ids=document_ids,
                                        cache=cache, sinks=sinks, softcap=softcap,
                                        sink_logits=sink_logits))
-    B, Lq = _check_qkv(q, k, v, own_keys=key_positions is not None)
-    scheme, causal, window, dropout_p = _check_options(scheme, cache, backend, causal, window, dropout_p)
-    rolling = cache is not None and cache.rolling
-    if rolling:  # the cache holds the sinks and the last W keys: the rule is its own
-        assert cache is not None
-        window, sinks = _rolling_rule(cache, window, sinks, document_ids, attention_mask)
-    check_sinks(window, sinks)
-    softmax = check_softmax(q, scale, softcap, sink_logits, dropout_p)
-    heads = scheme.num_heads
-    if heads is not None and heads != q.shape[1]:
-        raise ValueError(
-            f"scheme {scheme.name!r} has a bias for {heads} heads but q has {q.shape[1]} "
-            "heads; they must be equal"
-        )
-    q_pos, k_pos, doc = _positions(q, k, positions, key_positions, document_ids, cache)
-    # every argument is checked before the cache is written: a refused call leaves it as it was
-    pair = None
-    if attention_mask is not None and not isinstance(attention_mask, Tensor):
-        raise TypeError(
-            f"attention_mask must be a torch.Tensor ([B, T] padding, or a bool [B, Lq, Lk] / "
-            f"[B, 1, Lq, Lk] who-sees-whom matrix), got {type(attention_mask).__name__}"
-        )
-    if attention_mask is not None and attention_mask.dim() > 4:
-        raise ValueError(
-            "attention_mask must have shape [B, T] (1 = real token), or be a bool [B, Lq, Lk] or "
-            f"[B, 1, Lq, Lk] who-sees-whom matrix, got {tuple(attention_mask.shape)}"
-        )
-    if attention_mask is not None and attention_mask.dim() in (3, 4):
-        pair, attention_mask = _pair_mask(attention_mask, cache, B, Lq, k.shape[-2]), None
-    key_valid = _key_valid(attention_mask, cache, B, Lq, k.shape[-2], q.device)  # [1 | B, Lk]
-    if k_pos is None:  # a scheme written for the 3-argument hook keeps working
-        q, k = scheme.rotate(q, k, q_pos)  # [B, H, L, Dh], [B, H_kv, L, Dh]
-    else:
-        q, k = scheme.rotate(q, k, q_pos, k_pos)  # [B, H, Lq, Dh], [B, H_kv, Lk, Dh]
-    new_valid = _new_valid(key_valid, cache, B, Lq)  # [B, Lq] or None: the cache remembers it
-    k, v, keys_pos, keys_doc, written, q_slot = _all_keys(
-        k, v, q_pos if k_pos is None else k_pos, doc, cache, Lq, new_valid,
-        defaulted=positions is None and k_pos is None and doc is None,
-    )  # k, v [B, H_kv, Lk, Dh | Dv]; positions [Lk] or [B, Lk]; ids [B, Lk]; written slots [Lk]
-    if window is not None and cache is not None and cache.evicted and not is_compiling():
-        _warn_hidden(keys_pos, q_pos, window, sinks)
-    if rolling:  # [B, S + W + Lq]: the written stored slots that are not padding, and the new keys
-        key_valid = written
-    else:
-        if cache is not None and cache.valid is not None:  # padding shown earlier stays hidden
-            key_valid = cache.valid if key_valid is None else key_valid & cache.valid
-        if written is not None:  # a static cache: only the written slots are keys
-            key_valid = written[None] if key_valid is None else key_valid & written
-    evicted = cache is not None and cache.evicted
-    if (Lq == 1 and attention_mask is None and doc is None and (window is None or causal)
-            and k_pos is None and pair is None and softmax.plain and not scheme.has_bias
-            and backend != "flex"):  # a decode step without a bias: no [Lq, Lk] rule to build
-        near = _near(q_pos, keys_pos, window, sinks)  # [1 | B, Lk] or None
-        if near is not None:
-            key_valid = near if key_valid is None else key_valid & near
-        return run_one_query(q, k, v, key_valid, backend, softmax)
-    if (key_valid is None and doc is None and window is None and k_pos is None and not evicted
-            and pair is None and softmax.plain
-            and not (positions is not None and scheme.has_bias)):
-        return run_fast(q, k, v, scheme, causal, backend, softmax)
-    if pair is not None and written is not None and pair.shape[-1] < k.shape[-2]:
-        pair = F.pad(pair, (0, k.shape[-2] - pair.shape[-1]), value=False)  # unwritten slots
+    # 1. check: every argument, before anything is written (a refused call leaves the cache)
+    B, Lq = check_qkv(q, k, v, own_keys=key_positions is not None)
+    call = check_call(q, scheme, cache, backend, causal, window, sinks, dropout_p)
+    if call.rolling:
+        refuse_with_rolling(document_ids, attention_mask)
+    softmax = check_softmax(q, scale, softcap, sink_logits, call.dropout_p)
+    # 2. positions: given, restarting per document, or following the cache
+    where = _positions(q, k, positions, key_positions, document_ids, cache)
+    seen = check_seen(attention_mask, cache, B, Lq, k.shape[-2], q.device)
+    # 3. rotate: the scheme's hook (RoPE turns q and k by their positions)
+    q, k = call.scheme.rotate(q, k, *where.rotate_args())
+    # 4. cache: the new keys join the cached ones; what the queries see
+    keys = _all_keys(k, v, where, cache, seen, B)
+    if call.window is not None and keys.evicted and not is_compiling():
+        warn_hidden(keys.pos, where.q_pos, call.window, call.sinks)
+    # 5. attend: the path that needs the least
+    path = choose_path(call, where, seen, softmax, keys)
+    if path == "one_query":
+        near_keys = near(where.q_pos, keys.pos, call.window, call.sinks)  # [1 | B, Lk] or None
+        valid = keys.valid if near_keys is None else (
+            near_keys if keys.valid is None else keys.valid & near_keys)
+        return run_one_query(q, keys.k, keys.v, valid, call.backend, softmax)
+    if path == "fast":
+        return run_fast(q, keys.k, keys.v, call.scheme, call.causal, call.backend, softmax)
+    rule, facts = _rule(call, where, seen, keys)
+    return run_by_rule(q, keys.k, keys.v, call.scheme, rule, softmax, call.backend, facts)
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where the new tokens sit: query positions ``[Lq | B, Lq]``, the keys' own or None, the
+    document ids ``[B, Lq]`` or None; ``given``: positions came from the caller."""
+
+    q_pos: Tensor
+    k_pos: Tensor | None
+    doc: Tensor | None
+    given: bool
+
+    def rotate_args(self) -> tuple[Tensor, ...]:
+        """The positions the rotate hook takes (a 3-argument hook keeps working)."""
+        return (self.q_pos,) if self.k_pos is None else (self.q_pos, self.k_pos)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every key the queries attend over (the cache's after the write, or the new keys alone),
+    with positions, documents, ``valid [1 | B, Lk]``, the first query's slot and the cache's kind."""
+
+    k: Tensor
+    v: Tensor
+    pos: Tensor
+    doc: Tensor | None
+    valid: Tensor | None
+    slot: Tensor | int
+    written: Tensor | None
+    evicted: bool
+    static: bool
+
+
+def choose_path(call: Call, where: Where, seen: Seen, softmax: Softmax, keys: Keys) -> str:
+    """``"one_query"`` (a decode step with no bias: no ``[Lq, Lk]`` rule), ``"fast"`` (plain
+    causal or full attention: SDPA's ``is_causal`` or the scheme's cached bias) or ``"rule"``."""
+    if _one_query_without_rule(call, where, seen, softmax):
+        return "one_query"
+    if _default_keys_without_rule(call, where, seen, softmax, keys):
+        return "fast"
+    return "rule"
+
+
+def _one_query_without_rule(call: Call, where: Where, seen: Seen, softmax: Softmax) -> bool:
+    return (where.q_pos.shape[-1] == 1 and not seen.masked and where.doc is None
+            and (call.window is None or call.causal) and where.k_pos is None
+            and seen.pairs is None and softmax.plain and not call.scheme.has_bias
+            and call.backend != "flex")
+
+
+def _default_keys_without_rule(
+    call: Call, where: Where, seen: Seen, softmax: Softmax, keys: Keys
+) -> bool:
+    return (keys.valid is None and where.doc is None and call.window is None
+            and where.k_pos is None and not keys.evicted and seen.pairs is None and softmax.plain
+            and not (where.given and call.scheme.has_bias))
+
+
+def _rule(call: Call, where: Where, seen: Seen, keys: Keys) -> tuple[Visibility, RuleFacts]:
+    """The visibility rule over every key, and what the run may assume."""
+    B, Lq = keys.k.shape[0], where.q_pos.shape[-1]
+    pair = seen.pairs
+    if pair is not None and keys.written is not None and pair.shape[-1] < keys.k.shape[-2]:
+        pair = F.pad(pair, (0, keys.k.shape[-2] - pair.shape[-1]), value=False)  # unwritten
+    device = keys.k.device
     rule = Visibility(
-        q_pos=q_pos.expand(B, Lq), k_pos=keys_pos.expand(B, -1),
-        q_slot=q_slot + torch.arange(Lq, device=q.device), causal=causal,
-        by_position=k_pos is not None, window=window,
-        key_valid=None if key_valid is None else key_valid.expand(B, -1),
-        q_doc=doc, k_doc=None if keys_doc is None else keys_doc.expand(B, -1),
-        sinks=sinks, pair=None if pair is None else pair.to(q.device).expand(B, -1, -1),
+        q_pos=where.q_pos.expand(B, Lq), k_pos=keys.pos.expand(B, -1),
+        q_slot=keys.slot + torch.arange(Lq, device=device), causal=call.causal,
+        by_position=where.k_pos is not None, window=call.window,
+        key_valid=None if keys.valid is None else keys.valid.expand(B, -1),
+        q_doc=where.doc, k_doc=None if keys.doc is None else keys.doc.expand(B, -1),
+        sinks=call.sinks, pair=None if pair is None else pair.to(device).expand(B, -1, -1),
     )
-    index_bias = k_pos is None and not evicted and not (cache is not None and cache.static)
     # a query sees its own key unless padding or keys of their own hide it: only then can a
     # row see no key (the written slots of a static cache include the query's own)
-    may_be_empty = attention_mask is not None or k_pos is not None or pair is not None
-    return run_by_rule(q, k, v, scheme, rule, softmax, backend, RuleFacts(index_bias, may_be_empty))
-
-
-def _rolling_rule(
-    cache: KVCache, window: int | None, sinks: object, document_ids: object, attention_mask: object
-) -> tuple[int, int]:
-    """``(window, sinks)`` a rolling cache imposes; other rules it cannot serve are refused."""
-    assert cache.window is not None and cache.sinks is not None
-    check_rule(window, sinks, cache.window, cache.sinks)
-    if document_ids is not None:
-        raise ValueError(
-            "document_ids with a rolling KVCache(sinks=..., window=...) is not supported: the "
-            "cache keeps the first keys of each row, not of each document (pack documents "
-            "without a cache, or give each its own row)"
-        )
-    if isinstance(attention_mask, Tensor) and attention_mask.dim() in (3, 4):
-        raise ValueError(
-            f"attention_mask: a {attention_mask.dim()}-D who-sees-whom mask cannot be given with "
-            "a rolling KVCache, whose slots wrap around; give a [B, T] padding mask (its last "
-            "Lq columns describe the new keys)"
-        )
-    return cache.window, cache.sinks
-
-
-def _near(q_pos: Tensor, keys_pos: Tensor, window: int | None, sinks: int | None) -> Tensor | None:
-    """One query's sliding window (plus its sinks) over the keys' positions, ``[1 | B, Lk]``
-    bool (the rule of :class:`~posenc.masks.Visibility` for a causal query); None: no window."""
-    if window is None:
-        return None
-    near = keys_pos > q_pos[..., -1:] - window  # [Lk] or [B, Lk]; m >= 0: no int64 overflow
-    if sinks:
-        near = near | (keys_pos < sinks)  # the attention sinks
-    return near if near.dim() == 2 else near[None]  # [1 | B, Lk]
-
-
-def _pair_mask(mask: Tensor, cache: KVCache | None, B: int, Lq: int, Lk_new: int) -> Tensor:
-    """A who-sees-whom ``attention_mask`` ``[B, Lq, Lk]`` / ``[B, 1, Lq, Lk]`` (True = may see)
-    over the cached plus new keys (a static cache: up to ``max_len`` slots): ``[1 | B, Lq, Lk]``."""
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"attention_mask: a {mask.dim()}-D who-sees-whom mask must be bool (True = may see), "
-            f"got dtype {mask.dtype}; an additive float mask m converts with (m == 0)"
-        )
-    shape = tuple(mask.shape)
-    if mask.dim() == 4:
-        if mask.shape[1] != 1:
-            raise ValueError(
-                f"attention_mask: a 4-D mask must have shape [B, 1, Lq, Lk] (one matrix for "
-                f"every head), got {shape}"
-            )
-        mask = mask[:, 0]
-    held = 0
-    if cache is not None and cache.k is not None and not is_compiling():
-        held = len(cache)
-    want = held + Lk_new
-    static = cache is not None and cache.max_len is not None
-    Lk = mask.shape[-1]
-    fits = Lk == want or (static and cache is not None and want <= Lk <= (cache.max_len or 0))
-    if (mask.shape[0] != 1 and mask.shape[0] != B) or mask.shape[1] != Lq or not fits:
-        where = (f"; the cache holds {held} keys from earlier calls (cache.reset() starts anew)"
-                 if held else "")
-        raise ValueError(
-            f"attention_mask: a who-sees-whom mask must have shape [{B}, {Lq}, {want}] or "
-            f"[{B}, 1, {Lq}, {want}] (queries x cached plus new keys), got {shape}{where}"
-        )
-    return mask
+    return rule, RuleFacts(
+        index_bias=where.k_pos is None and not keys.evicted and not keys.static,
+        may_be_empty=seen.masked or where.k_pos is not None or seen.pairs is not None,
+    )
 
 
 def _varlen(
@@ -320,87 +292,12 @@ def _varlen(
     )
 
 
-def _warn_hidden(keys_pos: Tensor, q_pos: Tensor, window: int, sinks: int | None) -> None:
-    """Warn when an evicted cache holds keys the window rule hides from every query now and
-    later (e.g. StreamingLLM's kept sinks under ``window=W`` without ``sinks=S``)."""
-    first = q_pos.min()  # later queries sit later: a key hidden from this one stays hidden
-    hidden = keys_pos <= first - window
-    if sinks:
-        hidden &= keys_pos >= sinks
-    if bool(hidden.any()):
-        shown = sorted(set(keys_pos[hidden].tolist()))
-        more = ", ..." if len(shown) > 8 else ""
-        count = int(hidden.reshape(-1, hidden.shape[-1]).any(0).sum())  # slots, over the rows
-        warn_caller(
-            f"the cache holds {count} key(s) that window={window} hides from every "
-            f"query (positions {str(shown[:8])[1:-1]}{more}): kept attention "
-            "sinks? pass sinks=S so the rule shows them, or evict them"
-        )
-
-
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor, *, own_keys: bool) -> tuple[int, int]:
-    """Shapes, dtypes and devices of ``q, k, v``; returns ``(B, Lq)``."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t, floating=True)
-        if t.dim() != 4:
-            hint = (" ([total, H, D] is flash-attn's varlen layout: give cu_seqlens= too)"
-                    if t.dim() == 3 else "")
-            raise ValueError(f"{name} must have shape [B, H, L, Dh], got {tuple(t.shape)}{hint}")
-    if q.dtype != k.dtype or q.dtype != v.dtype:
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.device != k.device or q.device != v.device:
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    B, H, Lq, D = q.shape
-    if (k.shape != v.shape and k.shape[:-1] != v.shape[:-1]) or k.shape[0] != B or k.shape[-1] != D:
-        raise ValueError(
-            f"q, k, v must agree in batch and head_dim (k and v in all but v's head size, "
-            f"which may differ from q's and k's), got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if k.shape[1] == 0 or H % k.shape[1]:
-        raise ValueError(
-            f"q has {H} heads and k/v have {k.shape[1]}: the query heads must be a multiple of "
-            "the kv heads (grouped-query attention)"
-        )
-    if not own_keys and k.shape[-2] != Lq:
-        flash = q.shape[1] == k.shape[1] and k.shape[2] > 0 and Lq % k.shape[2] == 0
-        raise ValueError(
-            f"q and k must hold the same new tokens, got {Lq} and {k.shape[-2]}; "
-            "earlier keys belong in the cache (or give key_positions for keys of their own)"
-            + (f". q {tuple(q.shape)} and k {tuple(k.shape)} look like [B, L, H, head_dim] "
-               f"(flash-attn's layout) with {Lq} query heads and {k.shape[2]} kv heads: attend "
-               "reads [B, H, L, head_dim]: pass q.transpose(1, 2), k.transpose(1, 2), "
-               "v.transpose(1, 2)" if flash else "")
-        )
-    return B, Lq
-
-
-def _check_options(
-    scheme: object, cache: object, backend: object, causal: object, window: object, dropout_p: object
-) -> tuple[PositionScheme, bool, int | None, float]:
-    """The plain arguments: ``(scheme or NoPE, causal, window, dropout_p)``, checked."""
-    if scheme is not None and not isinstance(scheme, PositionScheme):
-        if isinstance(scheme, type) and issubclass(scheme, PositionScheme):
-            raise TypeError(f"scheme must be a PositionScheme or None, {_a_class(scheme)}")
-        raise TypeError(f"scheme must be a PositionScheme or None, got {type(scheme).__name__}")
-    if cache is not None and not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    return (  # the plain values take the quick test (this runs on every call)
-        scheme if scheme is not None else _NOPE,
-        causal if type(causal) is bool else check_bool("causal", causal),
-        None if window is None else check_window("window", window),
-        dropout_p if type(dropout_p) is float and 0.0 <= dropout_p <= 1.0
-        else check_dropout("dropout_p", dropout_p),
-    )
-
-
 def _positions(
     q: Tensor, k: Tensor, positions: Tensor | None, key_positions: Tensor | None,
     document_ids: Tensor | None, cache: KVCache | None,
-) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """``(query positions, key positions or None, document ids [B, Lq] or None)``, checked.
+) -> Where:
+    """Where the new tokens sit (:class:`Where`: query positions, the keys' own or None,
+    document ids ``[B, Lq]`` or None), checked.
     The queries' positions are given, restart per document, or follow the cache."""
     B, Lq = q.shape[0], q.shape[-2]
     doc = k_pos = None
@@ -415,10 +312,10 @@ def _positions(
     if positions is not None:
         positions = check_rows("positions", positions, B, Lq, labels=False, like=q)
         if cache is not None and Lq > 1 and not is_compiling():  # a prefill-like call only
-            _warn_if_restarting(positions, cache, B)
+            warn_if_restarting(positions, cache, B)
         if doc is not None:
-            _check_runs(doc, cache)
-        return positions.to(q.device, torch.long), k_pos, doc
+            check_runs(doc, cache)
+        return Where(positions.to(q.device, torch.long), k_pos, doc, True)
     if k_pos is not None:
         raise ValueError(
             "positions is required when key_positions is given: the queries' positions cannot "
@@ -429,145 +326,36 @@ def _positions(
         if cache is not None and cache.k is not None:
             raise ValueError("with document_ids and a non-empty cache, give positions "
                              "(the documents' positions continue across calls)")
-        return packed_positions(doc), k_pos, doc  # [B, Lq]
+        return Where(packed_positions(doc), k_pos, doc, False)  # [B, Lq]
     if cache is not None:
-        return cache.next_positions(Lq, q.device), k_pos, doc  # [Lq]
-    return torch.arange(Lq, device=q.device), k_pos, doc  # [Lq]
-
-
-def _warn_if_restarting(positions: Tensor, cache: KVCache, B: int) -> None:
-    """New tokens whose positions all lie below what a filled cache's rows reached: most
-    likely a new batch on a cache that was not reset (eager calls of more than one token; a
-    host sync)."""
-    nxt = cache.next_start
-    if cache.k is None or nxt is None or nxt.shape[0] != B:  # a new batch size: _check_new says
-        return
-    top = positions.to(nxt.device).amax(-1)  # [] or [B]
-    if bool((top < nxt).any()):
-        warnings.warn(
-            f"cache: the new tokens' positions (up to {int(top.max())}) all lie below the "
-            f"positions the cache's rows reached ({nxt.tolist()}), and the cache holds "
-            f"{len(cache)} tokens: a new batch on a filled cache? call reset() on the cache "
-            "(or LayerCaches) first; earlier tokens would stay visible",
-            stacklevel=4,
-        )
-
-
-def _check_runs(doc: Tensor, cache: KVCache | None) -> None:
-    """Each document one contiguous run of its id in every row, over the cached plus new
-    tokens: an id that comes back after another would join two runs (``packed_positions``
-    checks the same when it makes the positions). Not while compiling (a host sync)."""
-    if is_compiling():
-        return
-    ids = doc.to(torch.long)  # [B, Lq]
-    held = None if cache is None else cache.document_ids  # [B, T]
-    if held is not None and held.shape[0] == ids.shape[0]:
-        if cache is not None and cache.filled is not None:
-            held = held[:, : int(cache.filled)]  # the written slots of a static cache
-        ids = torch.cat([held.to(ids.device, torch.long), ids], dim=-1)  # [B, T + Lq]
-    if ids.shape[-1] < 2:
-        return
-    runs = (ids[:, 1:] != ids[:, :-1]).sum(-1) + 1  # [B]
-    srt = ids.sort(-1).values
-    distinct = (srt[:, 1:] != srt[:, :-1]).sum(-1) + 1  # [B]
-    if not bool((runs == distinct).all()):
-        b = int((runs != distinct).nonzero()[0, 0])
-        where = " (the cached plus new tokens)" if ids.shape[-1] > doc.shape[-1] else ""
-        shown = f" {ids[b].tolist()}" if ids.shape[-1] <= 32 else ""
-        raise ValueError(
-            "document_ids must hold each document as one contiguous run (e.g. [0, 0, 1, 1, 1]); "
-            f"in row {b}{where}{shown}, {int(runs[b] - distinct[b])} id(s) come back after "
-            "another id"
-        )
-
-
-def _new_valid(key_valid: Tensor | None, cache: KVCache | None, B: int, Lq: int) -> Tensor | None:
-    """``[B, Lq]`` bool, which new keys the 2-D mask calls real, for the cache to remember;
-    None without a mask (or, eagerly, when a growing cache has seen no padding at all)."""
-    if key_valid is None or cache is None:
-        return None
-    if cache.rolling:  # _key_valid kept the new keys' columns
-        return key_valid.expand(B, Lq)
-    if cache.static:  # the mask spans every slot: the new keys sit from the write pointer on
-        start = cache.filled if cache.filled is not None else torch.zeros((), dtype=torch.long)
-        slots = start.to(key_valid.device) + torch.arange(Lq, device=key_valid.device)
-        return key_valid.index_select(1, slots).expand(B, Lq)
-    new = key_valid[:, key_valid.shape[-1] - Lq:].expand(B, Lq)  # [B, Lq]
-    if cache.valid is None and not is_compiling() and bool(new.all()):
-        return None  # nothing to remember: the fast path stays open
-    return new
+        return Where(cache.next_positions(Lq, q.device), k_pos, doc, False)  # [Lq]
+    return Where(torch.arange(Lq, device=q.device), k_pos, doc, False)  # [Lq]
 
 
 def _all_keys(
-    k: Tensor, v: Tensor, k_pos: Tensor, doc: Tensor | None, cache: KVCache | None, Lq: int,
-    new_valid: Tensor | None = None, defaulted: bool = False,
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None, Tensor | int]:
-    """Every key the queries attend over, as a :class:`~posenc.cache.CacheView`'s fields: the
-    cache's after adding the new keys, or the new keys alone."""
-    if cache is not None:
-        return cache._update(k, v, k_pos, doc, new_valid, defaulted)
-    return k, v, k_pos, doc, None, k.shape[-2] - Lq  # a plain tuple: cheaper than a CacheView
-
-
-def _key_valid(
-    attention_mask: Tensor | None, cache: KVCache | None, B: int, Lq: int, Lk_new: int,
-    device: torch.device,
-) -> Tensor | None:
-    """``[1 | B, Lk]`` bool: the keys that are real tokens, over the cached plus new keys (all
-    ``max_len`` slots of a static cache); None without a mask. Checked before the cache is
-    written (the caller ands in a static cache's written slots after the write)."""
-    if attention_mask is None:
-        return None
-    key_valid = _check_mask("attention_mask", attention_mask)
-    T = key_valid.shape[-1]
-    if cache is not None and cache.rolling:  # the last Lq columns: the new keys
-        if (key_valid.shape[0] != 1 and key_valid.shape[0] != B) or T < Lq:
-            raise ValueError(
-                f"attention_mask must have shape [{B}, T] with T >= {Lq} (the new keys) with a "
-                "rolling KVCache (its last Lq columns describe the new keys; the cache "
-                f"remembers earlier padding), got {tuple(attention_mask.shape)}"
-            )
-        return key_valid[:, T - Lq:].to(device)  # [1 | B, Lq]
-    static = cache is not None and cache.static
+    k: Tensor, v: Tensor, where: Where, cache: KVCache | None, seen: Seen, B: int
+) -> Keys:
+    """Every key the queries attend over: the cache's after adding the new keys (with the
+    padding it remembers and, in a static cache, only the written slots), or the new keys
+    alone."""
+    Lq = where.q_pos.shape[-1]
+    k_pos = where.q_pos if where.k_pos is None else where.k_pos
     if cache is None:
-        Lk = Lk_new
-    elif cache.max_len is not None:
-        Lk = cache.max_len
+        return Keys(k, v, k_pos, where.doc, seen.padding, k.shape[-2] - Lq, None, False, False)
+    defaulted = not where.given and where.k_pos is None and where.doc is None
+    k, v, pos, doc, written, slot = cache._update(
+        k, v, k_pos, where.doc, new_valid(seen.padding, cache, B, Lq), defaulted)
+    valid = seen.padding
+    if cache.rolling:  # [B, S + W + Lq]: the written stored slots that are not padding, the new
+        valid = written
     else:
-        Lk = (0 if cache.k is None else cache.k.shape[-2]) + Lk_new
-    if static and T < Lk:  # the slots past the mask: unwritten
-        assert cache is not None
-        held = 0 if cache.filled is None or is_compiling() else int(cache.filled)
-        if T < held + Lq:
-            if held and T == Lq:
-                raise ValueError(_not_continued(held, Lq, T))
-            raise ValueError(
-                f"attention_mask covers {T} keys, but the cache held {held} and this "
-                f"call adds {Lq}: it must cover the {held + Lq} cached plus new keys "
-                f"(or all max_len={Lk} slots)"
-            )
-        key_valid = F.pad(key_valid, (0, Lk - T), value=False)
-    if (key_valid.shape[0] != 1 and key_valid.shape[0] != B) or key_valid.shape[-1] != Lk:
-        if not static and Lk > Lk_new and key_valid.shape[-1] == Lk_new:
-            raise ValueError(_not_continued(Lk - Lk_new, Lq, Lk_new))
-        want = f"[{B}, {Lk}] (cached plus new keys)" if not static else (
-            f"[{B}, T] with the cached plus new keys <= T <= max_len={Lk}")
-        raise ValueError(f"attention_mask must have shape {want}, got {tuple(attention_mask.shape)}")
-    return key_valid.to(device)
+        if cache.valid is not None:  # padding shown earlier stays hidden
+            valid = cache.valid if valid is None else valid & cache.valid
+        if written is not None:  # a static cache: only the written slots are keys
+            valid = written[None] if valid is None else valid & written
+    return Keys(k, v, pos, doc, valid, slot, written, cache.evicted, cache.static)
 
 
-def _not_continued(held: int, Lq: int, T: int) -> str:
-    """A mask over the new tokens alone given to a cache that holds earlier ones: most likely
-    a new batch on a cache that was not reset."""
-    return (
-        f"the cache holds {held} tokens from earlier calls, and attention_mask covers only the "
-        f"{T} new ones: a new batch on a filled cache? call reset() on the cache (or "
-        "LayerCaches) first; to continue the cached rows, give the mask over the cached plus "
-        f"new keys ([B, {held + Lq}])"
-    )
-
-
-_NOPE = NoPE()
 _layers_made = 0
 
 
