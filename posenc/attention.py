@@ -10,7 +10,7 @@ Backends: ``"sdpa"`` (``torch.nn.functional.scaled_dot_product_attention``, the 
 ``"flex"`` (``torch.nn.attention.flex_attention`` with the scheme's ``score_mod`` and a
 ``BlockMask`` of the visibility rule, compiled with ``torch.compile`` so that no ``[L, L]`` bias
 or mask is ever built; Dong et al., 2024). The kernels, and the one table of which backend
-runs a call and why (:func:`~posenc.backends.effective_backend`), are in :mod:`posenc.backends`.
+runs a call and why (``posenc.backends.effective_backend``), are in ``posenc.backends``.
 """
 
 from __future__ import annotations
