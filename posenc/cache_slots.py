@@ -232,8 +232,8 @@ class Growing(Slots):
         valid: tuple[Tensor, Tensor] | None,
     ) -> None:
         """Append after the held keys: into spare room reserved by an earlier append when
-        nothing replaced the held tensors since (eager, no gradient through ``k``, ``v``),
-        else by concatenation. The held tensors are then views of buffers with room for
+        nothing replaced the held tensors since (eager, no gradient through ``k``, ``v``, keys
+        of 128 KiB or more), else by concatenation. The held tensors are then views of buffers with room for
         about a quarter more keys: a decode step copies one key, not the whole cache, and
         frees nothing (a freed cache-sized block between small ones is not reused by glibc's
         allocator and is page-faulted in again). Slots a view handed out shows are never
@@ -243,7 +243,9 @@ class Growing(Slots):
         held = [self.k, self.v, self.positions, self.document_ids,
                 None if valid is None else valid[0]]
         dims = (2, 2, 1, 1, 1)
-        if (is_compiling() or (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad))
+        small = self.k.numel() * self.k.element_size() < 1 << 17  # under malloc's mmap size
+        if (small or is_compiling()
+                or (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad))
                 or any((t is None) != (n is None) for t, n in zip(held, new, strict=True))):
             out = [None if t is None or n is None else torch.cat([t, n], dim=d)
                    for t, n, d in zip(held, new, dims, strict=True)]

@@ -200,17 +200,18 @@ def test_attributes_read_outside_stay_and_write_through():
 def test_growing_appends_into_room_without_touching_views_handed_out():
     cache = KVCache()
     cache.update(*_kv(4))
+    cache.update(*_kv(4096))  # 128 KiB of keys: room from here on
     cache.update(*_kv(1, 1))
     first = cache.k.clone()
     held = cache.k  # a view of the buffer with room
     cache.update(*_kv(1, 2))
-    assert torch.equal(held, first) and cache.k.shape[-2] == 6
+    assert torch.equal(held, first) and cache.k.shape[-2] == 4102
     assert cache.k.untyped_storage().data_ptr() == held.untyped_storage().data_ptr()  # no copy
-    cache.crop(3)
+    cache.crop(4099)
     before = held.clone()
     cache.update(*_kv(2, 3))  # after a crop: a new buffer, the old view unchanged
-    assert torch.equal(held, before) and cache.k.shape[-2] == 5
-    assert torch.equal(cache.positions, torch.arange(5).expand(B, 5))
+    assert torch.equal(held, before) and cache.k.shape[-2] == 4101
+    assert torch.equal(cache.positions, torch.arange(4101).expand(B, 4101))
 
 
 def test_growing_with_gradients_concatenates():
