@@ -26,7 +26,7 @@ from .._checks import is_compiling
 from ..attention import attend
 from ..positions import cu_seqlens, packed_positions
 from ..schemes import PositionScheme
-from .sink_cache import ROLLING_KWARG
+from .sink_cache import LAYOUT_KWARG, ROLLING_KWARG, attend_in_cache
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def attention_forward(
     rolling = kwargs.get(ROLLING_KWARG)
     if rolling is not None:  # a posenc.hf.SinkCache layer: its rolling KVCache and rule
         return _attend_rolling(query, key, value, opts.scheme, rows, rolling, sliding_window,
-                               extra), None
+                               extra | {"layout": kwargs.get(LAYOUT_KWARG, "true")}), None
     if rows.cu_seqlens is not None and softcap is None and sinks is None and opts.backend != "flex" and (
             rows.restart or (opts.scheme is None and (rows.contiguous or sliding_window is None))):
         return _attend_packed(query, key, value, opts, rows, causal=causal, window=sliding_window,
@@ -173,7 +173,9 @@ def _attend_rolling(
     """A :class:`~posenc.hf.sink_cache.SinkCache` step: ``attend`` writes the new keys into the
     layer's rolling cache and applies its sinks-and-window rule; the mask function described
     the new tokens only (their positions, and which are padding). ``settings``: attend's
-    ``causal``, ``backend``, ``dropout_p``, ``scale``, ``softcap``, ``sink_logits``."""
+    ``causal``, ``backend``, ``dropout_p``, ``scale``, ``softcap``, ``sink_logits``, and
+    ``layout`` (the SinkCache's; ``"in_cache"``: :func:`~posenc.hf.sink_cache.attend_in_cache`)."""
+    layout = settings.pop("layout", "true")
     if window is not None and window != cache.window:
         raise ValueError(
             f"this layer has sliding_window={window}, but posenc.hf.SinkCache(window="
@@ -184,6 +186,8 @@ def _attend_rolling(
             "posenc.hf.SinkCache keeps each row's first keys, not each document's or branch's: "
             "pass unpacked rows (no restarting position_ids, no 4-D mask) with it"
         )
+    if layout == "in_cache":
+        return attend_in_cache(q, k, v, scheme, rows.positions, rows.key_valid, cache, settings)
     out = attend(q, k, v, scheme, positions=rows.positions, attention_mask=rows.key_valid,
                  cache=cache, **settings)  # [B, H, Lq, Dv]
     return out.transpose(1, 2).contiguous()

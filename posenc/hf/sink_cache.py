@@ -9,12 +9,20 @@ number of tokens in fixed memory. It works with posenc's attention only (a model
 layer's rolling cache, and :func:`~posenc.attention.attend` writes and reads it with the cache's
 own rule (query ``m`` sees keys ``n`` with ``m - window < n <= m``, plus the first ``sinks``).
 
-Key layout: every key keeps its **true position** (the one the model gave it; chapter 11's
-"sinks at their true positions"): the model's own RoPE rotated it there, posenc's schemes
-(``use(model, "alibi" | "t5" | "rope")``) rotate or bias by it. StreamingLLM's positions
-inside the cache (each step renumbers the kept keys ``0 .. sinks + window - 1``) are the other
-layout chapter 11 measures; this cache does not offer it (see the book's chapter 11 and
-``posenc.lab.production`` for it).
+Key layouts (``positions=``, chapter 11 measures both):
+
+- ``"true"`` (the default): every key keeps its **true position** (the one the model gave it;
+  chapter 11's "sinks at their true positions"): the model's own RoPE rotated it there,
+  posenc's schemes (``use(model, "alibi" | "t5" | "rope")``) rotate or bias by it. The cache
+  stores keys as attention rotated them; nothing is re-rotated.
+- ``"in_cache"``: StreamingLLM's positions **inside the cache**: the sinks keep ``0 .. S - 1``,
+  the window's keys are renumbered ``S, S + 1, ...`` in the order they were seen, and the query
+  sits at the next in-cache position (at most ``S + W - 1``). The keys are stored unrotated
+  and posenc's scheme is applied inside attention at those positions every step, so it needs
+  a relative posenc scheme (``use(model, "rope" | "alibi" | "t5")``); with the model's own
+  RoPE (``use(model)``) the keys arrive already rotated at their true positions and the
+  layout cannot be honoured: it is refused at the first forward. Only the sinks' distances
+  differ from ``"true"`` (a window's offsets are the same in both).
 """
 
 from __future__ import annotations
@@ -22,13 +30,19 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import torch
 from torch import Tensor
 
-from .._checks import check_int
+from .._checks import check_int, is_compiling
+from ..attention import attend
 from ..cache import KVCache
+from ..schemes import PositionScheme
 
 ROLLING_KWARG = "posenc_rolling_cache"
 """The attention kwarg a :class:`SinkCache` layer puts the layer's rolling cache under."""
+LAYOUT_KWARG = "posenc_rolling_layout"
+"""The attention kwarg a :class:`SinkCache` layer puts its key layout under."""
+LAYOUTS = ("true", "in_cache")
 
 
 def _cache_base() -> tuple[type, type]:
@@ -56,10 +70,10 @@ def _layer_class() -> type:
         is_croppable = False
         is_sliding = False
 
-        def __init__(self, sinks: int, window: int) -> None:
+        def __init__(self, sinks: int, window: int, layout: str = "true") -> None:
             super().__init__()
             self.kv = KVCache(max_len=sinks + window, sinks=sinks, window=window)
-            self.seen = 0  # tokens given since the last reset (their count, not the ones kept)
+            self.layout, self.seen = layout, 0  # seen: tokens given since the last reset
 
         def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
             self.is_initialized = True
@@ -79,7 +93,7 @@ def _layer_class() -> type:
                 )
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            attn_kwargs[ROLLING_KWARG] = self.kv
+            attn_kwargs[ROLLING_KWARG], attn_kwargs[LAYOUT_KWARG] = self.kv, self.layout
             self.seen += key_states.shape[-2]
             return key_states, value_states
 
@@ -109,16 +123,36 @@ def _layer_class() -> type:
 
 
 def SinkCache(sinks: int = 4, window: int = 1020, *, num_layers: int | None = None,
-              config: Any = None) -> Any:
+              config: Any = None, positions: str = "true") -> Any:
     """A transformers ``Cache`` that keeps the first ``sinks`` keys and the last ``window`` of
     every layer (StreamingLLM), for ``model.generate(..., past_key_values=cache)`` on a model
     switched by :func:`~posenc.hf.use`; fixed memory for any number of generated tokens.
 
     The attention rule is the cache's: query ``m`` sees keys ``n`` with ``m - window < n <= m``
     (:func:`~posenc.attention.attend`'s ``window``, counted in positions) and the first
-    ``sinks`` keys; keys keep their true positions (the model's RoPE or posenc's scheme sees
-    true distances). Outputs equal posenc's own rolling ``KVCache(max_len=sinks + window,
-    sinks=sinks, window=window)`` decode, and a full pass under the same visibility.
+    ``sinks`` keys.
+
+    ``positions``: the key layout (chapter 11 measures both).
+
+    - ``"true"`` (default): keys keep their true positions (the model's RoPE or posenc's
+      scheme sees true distances). Outputs equal posenc's own rolling
+      ``KVCache(max_len=sinks + window, sinks=sinks, window=window)`` decode, and a full pass
+      under the same visibility, and it works with the model's own RoPE (``use(model)``).
+      Chapter 11 measures this layout as harmful for RoPE: sinks at their original, ever
+      farther positions cost loss periodically (where pair 3's angle to them leaves its trained
+      range); ALiBi barely moves under either layout.
+    - ``"in_cache"``: StreamingLLM's layout (Xiao et al., 2024): the sinks at ``0 .. sinks -
+      1``, the window's keys renumbered ``sinks, sinks + 1, ...`` as they sit in the cache,
+      the query at the next in-cache position; no distance exceeds ``sinks + window - 1``.
+      Chapter 11's choice where sinks help ("they belong in the cache"): sinks inside the
+      cache left its RoPE model's loss within 0.02 nats of the window alone. Keys are stored
+      unrotated
+      and posenc's scheme rotates or biases them at those positions every step, so the model
+      must run a relative posenc scheme, ``posenc.hf.use(model, "rope" | "alibi" | "t5")``;
+      the model's own RoPE (``use(model)``) has rotated the keys at their true positions
+      before attention and is refused. Outputs equal ``posenc.lab.production.stream(...,
+      reposition=True)``'s rule: each query sees exactly the keys of ``"true"``, only the
+      sinks' distances differ.
 
     ``num_layers`` (or ``config``, whose ``num_hidden_layers`` it reads): how many layers to
     build up front; without either the layers are added as the model first writes them. A
@@ -128,12 +162,20 @@ def SinkCache(sinks: int = 4, window: int = 1020, *, num_layers: int | None = No
 
     Raises:
         TypeError / ValueError: ``sinks`` not an int ``>= 0``, ``window`` not an int ``>= 1``,
-            ``num_layers`` not an int ``>= 1``.
+            ``num_layers`` not an int ``>= 1``, ``positions`` not ``"true"`` or
+            ``"in_cache"``.
         ImportError: transformers is missing.
-        ValueError (at the first forward): the model's attention is not posenc's.
+        ValueError (at the first forward): the model's attention is not posenc's;
+            ``positions="in_cache"`` on a model without a relative posenc scheme.
     """
     sinks = check_int("sinks", sinks, minimum=0)
     window = check_int("window", window, minimum=1)
+    if positions not in LAYOUTS:
+        raise ValueError(
+            f"positions must be 'true' (every key at the position the model gave it) or "
+            f"'in_cache' (StreamingLLM: sinks at 0 .. sinks - 1, the window right after them), "
+            f"got {positions!r}"
+        )
     if num_layers is None and config is not None:
         text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) \
             else config
@@ -141,6 +183,65 @@ def SinkCache(sinks: int = 4, window: int = 1020, *, num_layers: int | None = No
     cache_cls, _ = _cache_base()
     layer = _layer_class()
     if num_layers is None:
-        return cache_cls(layer_class_to_replicate=lambda: layer(sinks, window))
+        return cache_cls(layer_class_to_replicate=lambda: layer(sinks, window, positions))
     num_layers = check_int("num_layers", num_layers, minimum=1)
-    return cache_cls(layers=[layer(sinks, window) for _ in range(num_layers)])
+    return cache_cls(layers=[layer(sinks, window, positions) for _ in range(num_layers)])
+
+
+def attend_in_cache(
+    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme | None, positions: Tensor | None,
+    key_valid: Tensor | None, cache: KVCache, settings: dict[str, Any],
+) -> Tensor:
+    """StreamingLLM's key layout over a rolling cache that stores keys unrotated: for the query
+    at true position ``m`` (``S`` sinks, window ``W``), the shift ``d = max(0, m - (S + W -
+    1))`` puts it at ``m - d`` (the next in-cache position), the sinks at their positions ``0 ..
+    S - 1`` and each window key ``n`` at ``n - d`` (``S, S + 1, ...`` once the cache is full);
+    the scheme rotates or biases q and every kept key at those positions. It sees the keys the
+    true layout shows it (``m - W < n <= m`` and ``n < S``); only the sinks' distances differ.
+    Queries whose shift is 0 in every row (a prefill up to the cache's length, eager mode) run in
+    one call at their true positions; the others one call each (a decode step: one).
+    ``positions`` / ``key_valid`` ``[B, L]``: the new tokens' positions and which are real
+    (None: the cache's next positions, all real); returns ``[B, L, H, Dv]``."""
+    if scheme is None:
+        raise ValueError(
+            "posenc.hf.SinkCache(positions='in_cache') renumbers the kept keys every step, but "
+            "this model's own RoPE rotated them at their true positions before attention: "
+            "switch the model with posenc.hf.use(model, 'rope') (posenc's RoPE from the "
+            "model's config, applied inside attention; or 'alibi' / 't5'), or use "
+            "positions='true'"
+        )
+    if type(scheme).embed is not PositionScheme.embed:  # an absolute scheme (not via use())
+        raise ValueError(
+            f"posenc.hf.SinkCache(positions='in_cache') needs a relative scheme (rope, alibi, "
+            f"t5), got {scheme.name!r}: an absolute position cannot be moved"
+        )
+    S, W, N = cache.sinks, cache.window, cache.max_len
+    assert S is not None and W is not None and N is not None
+    L = q.shape[-2]
+    new_valid = None if key_valid is None else key_valid[:, -L:]  # [B, L]
+    view = cache._update(k, v, positions, None, new_valid, positions is None)
+    keys, values, key_pos = view.k, view.v, view.positions  # [B, H_kv, T, D], [B, T]
+    B = q.shape[0]
+    valid = view.valid if view.valid is not None else torch.ones_like(key_pos, dtype=torch.bool)
+    valid = valid.expand(B, -1)  # [B, T]: written slots that are not padding
+    key_pos = key_pos.expand(B, -1)
+    q_pos = key_pos[:, N:N + L]  # [B, L]: the new keys' positions are the queries'
+    last = S + W - 1  # the in-cache position of a full cache's query
+    first = 0  # queries before it: shift 0 in every row, true positions
+    if L > 1 and not is_compiling():
+        first = int((q_pos <= last).all(0).long().cumprod(0).sum())
+    outs = []
+    if first:
+        outs.append(attend(q[:, :, :first], keys, values, scheme, positions=q_pos[:, :first],
+                           key_positions=key_pos, attention_mask=valid, window=W,
+                           sinks=S or None, **settings))  # [B, H, first, Dv]
+    sink = key_pos < S  # [B, T]
+    for i in range(first, L):
+        m = q_pos[:, i:i + 1]  # [B, 1]
+        shift = (m - last).clamp(min=0)  # [B, 1]
+        sees = valid & (key_pos <= m) & (sink | (key_pos > m - W))  # the true layout's keys
+        k_in = torch.where(sink, key_pos, key_pos - shift).clamp(min=0)  # [B, T]
+        outs.append(attend(q[:, :, i:i + 1], keys, values, scheme, positions=m - shift,
+                           key_positions=k_in, attention_mask=sees, **settings))  # [B, H, 1, Dv]
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)  # [B, H, L, Dv]
+    return out.transpose(1, 2).contiguous()
