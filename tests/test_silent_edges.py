@@ -8,6 +8,7 @@ Models are tiny transformers Llamas built from a config (test_hf_adapter's helpe
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -68,6 +69,24 @@ def test_1_saved_alibi_reloads_to_the_same_logits_and_use_none_clears_it(tmp_pat
     posenc.hf.use(loaded)  # back to the model's RoPE: nothing recorded
     assert not hasattr(loaded.config, "posenc")
     logits(loaded, ids)
+
+
+@pytest.mark.parametrize("asked", [None, "t5", "rope"])
+def test_1_reloaded_model_switched_to_another_scheme_warns(tmp_path, asked):
+    # a practitioner's probe: use(reloaded) with another scheme than the one its weights
+    # were trained with ran silently (4.5 off); now it is said, and the same scheme is not
+    model = _llama("alibi")
+    model.save_pretrained(tmp_path)
+    loaded = LlamaForCausalLM.from_pretrained(tmp_path, attn_implementation="posenc").eval()
+    said = r"records posenc scheme 'alibi'.*posenc\.hf\.use\(model, 'alibi'\)"
+    with pytest.warns(UserWarning, match=said) as got:
+        posenc.hf.use(loaded, asked)
+    assert got[0].filename == __file__  # at the caller's line
+    again = LlamaForCausalLM.from_pretrained(tmp_path, attn_implementation="posenc").eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        posenc.hf.use(again, "alibi")  # as trained: nothing to say
+        posenc.hf.use(again)  # a switch within the process is deliberate
 
 
 # --------------------------------------------------------------------------- 2. all-ones mask

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .._checks import warn_caller
 from ..attention import BACKENDS
 from ..rope_config import rotary_kwargs_from_hf_config
 from ..schemes import SCHEMES, PositionScheme, RoPE, _a_class, make_scheme
@@ -156,6 +157,7 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     name = register(options.pop("name", "posenc"))
     layers = _attention_layers(model)
     record = _record(scheme, dict(options), backend)
+    _warn_if_recorded_differs(model, layers, record)
     built = _build_schemes(model, layers, scheme, options)  # {layer_idx: scheme} or None
     _set_rotaries(model, swapped=built is not None)
     if built is None:
@@ -187,6 +189,26 @@ def _record(scheme: object, options: dict[str, Any], backend: str) -> dict[str, 
     if isinstance(scheme, PositionScheme):  # a ready object: its name, not its arguments
         return {"scheme": scheme.name, "options": {}, "backend": backend, "instance": True}
     return {"scheme": scheme, "options": options, "backend": backend}
+
+
+def _warn_if_recorded_differs(
+    model: Any, layers: list[tuple[int, nn.Module]], record: dict[str, Any] | None
+) -> None:
+    """A model loaded with a ``config.posenc`` record (its weights were trained under that
+    scheme) and never ``use``-d in this process: asking for another scheme is allowed, but said."""
+    saved = getattr(model.config, SAVED, None)
+    if not isinstance(saved, dict) or any(_OPTIONS in layer.__dict__ for _, layer in layers):
+        return
+    if record is not None and record.get("scheme") == saved.get("scheme"):
+        return
+    options = "".join(f", {k}={v!r}" for k, v in (saved.get("options") or {}).items())
+    asked = "the model's own RoPE" if record is None else f"scheme {record['scheme']!r}"
+    warn_caller(
+        f"this model's config records posenc scheme {saved.get('scheme')!r} (written by "
+        f"posenc.hf.use before save_pretrained: its weights were trained with it), but use() "
+        f"was asked for {asked}; to run it as trained call "
+        f"posenc.hf.use(model, {saved.get('scheme')!r}{options})"
+    )
 
 
 def _configs(model: Any, layers: list[tuple[int, nn.Module]]) -> list[Any]:
