@@ -19,7 +19,7 @@ MIN_CASES = 3
 # Names that take no arguments a caller could get wrong, or that are constants / namespaces.
 NOT_CALLABLE_WITH_INPUT = {
     "ROPE_TYPES", "SCHEMES", "RopeWavelengths", "EvalResult", "Extrapolation", "TrainedModel",
-    "plot", "Corpus",
+    "plot", "Corpus", "RopeReport", "RopeIssue",  # explain's results, never built by a caller
 }
 
 
