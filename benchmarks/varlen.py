@@ -10,8 +10,9 @@ round-robin in one run (medians, ``_timing.medians``):
 
 - ``varlen``: ``posenc.varlen.attend_varlen`` on ``[total, H, D]`` with ``cu_seqlens`` (on a
   CPU, and without flash-attn, the documents grouped by length, one SDPA call per length);
-- ``dense``: ``posenc.attend(..., document_ids=...)``, one ``[1, 1, L, L]`` mask (plus the bias
-  for ALiBi) over the whole row;
+- ``dense``: ``posenc.attend(..., document_ids=...)`` with an all-real ``attention_mask``, which
+  keeps it on one ``[1, 1, L, L]`` mask (plus the bias for ALiBi) over the whole row (without
+  the mask, since issue 33, ``attend`` takes varlen's grouped path: ``benchmarks/documents.py``);
 - ``loop``: ``posenc.attend`` on each document alone, one call per document (the fast path:
   SDPA's ``is_causal`` or the scheme's cached mask), outputs concatenated;
 - ``causal``: ``posenc.attend`` on the whole row as one sequence (no documents: a different,
@@ -70,7 +71,8 @@ def variants(q, k, v, scheme, lens: list[int]) -> dict:
     starts = cu[:-1].tolist()
     return {
         "varlen": lambda: attend_varlen(q, k, v, scheme, cu_seqlens=cu, max_seqlen=max_len),
-        "dense": lambda: attend(row(q), row(k), row(v), scheme, document_ids=ids[None])[0]
+        "dense": lambda: attend(row(q), row(k), row(v), scheme, document_ids=ids[None],
+                                attention_mask=torch.ones(1, len(ids), dtype=torch.bool))[0]
         .transpose(0, 1),
         "loop": lambda: torch.cat([
             attend(row(q[s:s + n]), row(k[s:s + n]), row(v[s:s + n]), scheme)[0].transpose(0, 1)

@@ -28,6 +28,7 @@ from .cache import KVCache
 from .positions import _check_mask
 from .rolling_cache import check_rule
 from .schemes import NoPE, PositionScheme, _a_class
+from .varlen import attend_varlen
 
 _NOPE = NoPE()
 
@@ -363,4 +364,28 @@ def _not_continued(held: int, Lq: int, T: int) -> str:
         f"{T} new ones: a new batch on a filled cache? call reset() on the cache (or "
         "LayerCaches) first; to continue the cached rows, give the mask over the cached plus "
         f"new keys ([B, {held + Lq}])"
+    )
+
+
+def varlen_layout(
+    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme | None, cu_seqlens: Tensor | None,
+    max_seqlen: int | None, causal: bool, window: int | None, scale: float | None, backend: str,
+    dropout_p: float, others: dict[str, object],
+) -> Tensor:
+    """``attend`` on flash-attn's varlen layout: :func:`posenc.varlen.attend_varlen`."""
+    if cu_seqlens is None:
+        raise ValueError(
+            f"max_seqlen={max_seqlen!r} is given without cu_seqlens: max_seqlen belongs to the "
+            "varlen layout ([total, H, D] with cu_seqlens); drop it or give cu_seqlens"
+        )
+    given = [name for name, value in others.items() if value is not None]
+    if given:
+        raise ValueError(
+            f"with cu_seqlens (q, k, v as [total, H, D]) attend takes no {', '.join(given)}: "
+            "positions restart at 0 in each sequence and each sequence sees only itself; for "
+            "those options use [B, H, L, D] with document_ids"
+        )
+    return attend_varlen(
+        q, k, v, scheme, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, causal=causal,
+        window=window, scale=scale, backend=backend, dropout_p=dropout_p,
     )

@@ -41,6 +41,7 @@ from .attend_inputs import (
     near,
     new_valid,
     refuse_with_rolling,
+    varlen_layout,
     warn_hidden,
     warn_if_restarting,
 )
@@ -156,7 +157,7 @@ def attend(
             before the ``cache`` is written: a refused call leaves the cache as it was.
     """
     if cu_seqlens is not None or max_seqlen is not None:  # flash-attn's layout: its own function
-        return _varlen(q, k, v, scheme, cu_seqlens, max_seqlen, causal, window, scale, backend,
+        return varlen_layout(q, k, v, scheme, cu_seqlens, max_seqlen, causal, window, scale, backend,
                        dropout_p, dict(positions=positions, key_positions=key_positions,
                                        attention_mask=attention_mask, document_ids=document_ids,
                                        cache=cache, sinks=sinks, softcap=softcap,
@@ -177,7 +178,10 @@ def attend(
     if call.window is not None and keys.evicted and not is_compiling():
         warn_hidden(keys.pos, where.q_pos, call.window, call.sinks)
     # 5. attend: the path that needs the least
-    path = choose_path(call, where, seen, softmax, keys)
+    path = choose_path(call, where, seen, softmax, keys, compiling=is_compiling())
+    if path == "documents":
+        return varlen.attend_documents(q, keys.k, keys.v, call.scheme, where.doc, call.causal,
+                                       call.window, softmax.scale)
     if path == "one_query":
         near_keys = near(where.q_pos, keys.pos, call.window, call.sinks)  # [1 | B, Lk] or None
         valid = keys.valid if near_keys is None else (
@@ -220,13 +224,17 @@ class Keys:
     static: bool
 
 
-def choose_path(call: Call, where: Where, seen: Seen, softmax: Softmax, keys: Keys) -> str:
+def choose_path(call: Call, where: Where, seen: Seen, softmax: Softmax, keys: Keys,
+                compiling: bool = False) -> str:
     """``"one_query"`` (a decode step with no bias: no ``[Lq, Lk]`` rule), ``"fast"`` (plain
-    causal or full attention: SDPA's ``is_causal`` or the scheme's cached bias) or ``"rule"``."""
+    causal or full attention: SDPA's ``is_causal`` or the scheme's cached bias), ``"documents"``
+    (each document alone, grouped by length as ``attend_varlen``; not ``compiling``) or ``"rule"``."""
     if _one_query_without_rule(call, where, seen, softmax):
         return "one_query"
     if _default_keys_without_rule(call, where, seen, softmax, keys):
         return "fast"
+    if _documents_each_alone(call, where, seen, softmax, keys, compiling):
+        return "documents"
     return "rule"
 
 
@@ -243,6 +251,22 @@ def _default_keys_without_rule(
     return (keys.valid is None and where.doc is None and call.window is None
             and where.k_pos is None and not keys.evicted and seen.pairs is None and softmax.plain
             and not (where.given and call.scheme.has_bias))
+
+
+def _documents_each_alone(
+    call: Call, where: Where, seen: Seen, softmax: Softmax, keys: Keys, compiling: bool
+) -> bool:
+    """Packed documents each attended alone give the answer: nothing spans documents (no
+    cached keys, padding, pair mask, sinks), positions restart per document (given ones only
+    where the scheme reads none), plain SDPA softmax, no dropout, eager (a host read)."""
+    no_positions = (type(call.scheme).rotate is PositionScheme.rotate
+                    and not call.scheme.has_bias)  # NoPE, embedding schemes: positions unread
+    return (where.doc is not None and not compiling and call.backend == "sdpa"
+            and (not where.given or no_positions) and where.k_pos is None
+            and not call.sinks and not call.rolling and not seen.masked and seen.pairs is None
+            and keys.valid is None and keys.written is None and not keys.evicted
+            and not keys.static and isinstance(keys.slot, int) and keys.slot == 0
+            and softmax.plain and softmax.dropout_p == 0.0)
 
 
 def _rule(call: Call, where: Where, seen: Seen, keys: Keys) -> tuple[Visibility, RuleFacts]:
@@ -265,30 +289,6 @@ def _rule(call: Call, where: Where, seen: Seen, keys: Keys) -> tuple[Visibility,
     return rule, RuleFacts(
         index_bias=where.k_pos is None and not keys.evicted and not keys.static,
         may_be_empty=seen.masked or where.k_pos is not None or seen.pairs is not None,
-    )
-
-
-def _varlen(
-    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme | None, cu_seqlens: Tensor | None,
-    max_seqlen: int | None, causal: bool, window: int | None, scale: float | None, backend: str,
-    dropout_p: float, others: dict[str, object],
-) -> Tensor:
-    """``attend`` on flash-attn's varlen layout: :func:`posenc.varlen.attend_varlen`."""
-    if cu_seqlens is None:
-        raise ValueError(
-            f"max_seqlen={max_seqlen!r} is given without cu_seqlens: max_seqlen belongs to the "
-            "varlen layout ([total, H, D] with cu_seqlens); drop it or give cu_seqlens"
-        )
-    given = [name for name, value in others.items() if value is not None]
-    if given:
-        raise ValueError(
-            f"with cu_seqlens (q, k, v as [total, H, D]) attend takes no {', '.join(given)}: "
-            "positions restart at 0 in each sequence and each sequence sees only itself; for "
-            "those options use [B, H, L, D] with document_ids"
-        )
-    return varlen.attend_varlen(
-        q, k, v, scheme, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, causal=causal,
-        window=window, scale=scale, backend=backend, dropout_p=dropout_p,
     )
 
 

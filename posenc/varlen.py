@@ -380,6 +380,25 @@ def _flex(
     return out[0].transpose(0, 1)  # [total, H, Dv]
 
 
+def attend_documents(
+    q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, document_ids: Tensor | None,
+    causal: bool, window: int | None, scale: float | None,
+) -> Tensor:
+    """``attend``'s ``"documents"`` path: rotated ``q [B, H, L, D]``, ``k``, ``v`` whose rows
+    hold documents (``document_ids [B, L]``, each one contiguous run, positions restarting in
+    each) attended each alone, as :func:`attend_varlen`'s grouped path: one SDPA call per
+    distinct length; ``[B, H, L, Dv]``. Reads the run lengths on the host (eager only)."""
+    assert document_ids is not None
+    B, L = document_ids.shape
+    new = torch.ones(B, L, dtype=torch.bool, device=q.device)  # [B, L]: a run starts here
+    new[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    starts = new.flatten().nonzero().flatten().tolist() + [B * L]  # one host read
+    lengths = [b - a for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    qf, kf, vf = (t.transpose(1, 2).reshape(B * L, t.shape[1], t.shape[-1]) for t in (q, k, v))
+    out = _grouped(qf, kf, vf, scheme, lengths, causal, window, scale, 0.0, math_=False)
+    return out.unflatten(0, (B, L)).transpose(1, 2)  # [B, H, L, Dv]
+
+
 def _groups(lengths: list[int]) -> dict[int, list[int]]:
     """Length ``n`` -> the starts of its sequences, in order (empty sequences left out)."""
     groups: dict[int, list[int]] = {}

@@ -76,3 +76,81 @@ def test_warnings_point_at_the_callers_line():
     with pytest.warns(UserWarning, match="no backward on CPU") as got:
         posenc.attend(q, q, q, window=2, backend="flex")
     assert got[0].filename == __file__
+
+
+# ---------------------------------------------- attend's path: choose_path (issue 33: documents)
+
+
+def _path_facts(**change):
+    """A packed call of two documents in one row, every fact named; ``change`` overrides."""
+    from posenc.attend_inputs import Call, Seen
+    from posenc.attention import Keys, Where
+    from posenc.schemes import NoPE
+
+    L = 6
+    doc = torch.tensor([[0, 0, 0, 1, 1, 1]])
+    pos = torch.tensor([[0, 1, 2, 0, 1, 2]])
+    kv = torch.zeros(1, 2, L, 4)
+    facts = dict(scheme=NoPE(), causal=True, window=None, sinks=None, backend="sdpa",
+                 dropout_p=0.0, rolling=False, q_pos=pos, k_pos=None, doc=doc, given=False,
+                 padding=None, pairs=None, softmax=PLAIN, valid=None, slot=0, written=None,
+                 evicted=False, static=False, compiling=False)
+    facts.update(change)
+    f = facts
+    call = Call(f["scheme"], f["causal"], f["window"], f["sinks"], f["backend"], f["dropout_p"],
+                f["rolling"])
+    where = Where(f["q_pos"], f["k_pos"], f["doc"], f["given"])
+    keys = Keys(kv, kv, f["q_pos"], f["doc"], f["valid"], f["slot"], f["written"], f["evicted"],
+                f["static"])
+    return call, where, Seen(f["padding"], f["pairs"]), f["softmax"], keys, f["compiling"]
+
+
+def _path(**change):
+    from posenc.attention import choose_path
+
+    call, where, seen, softmax, keys, compiling = _path_facts(**change)
+    return choose_path(call, where, seen, softmax, keys, compiling=compiling)
+
+
+def _scheme(name):
+    from posenc.schemes import make_scheme
+
+    return make_scheme(name, dim=8, num_heads=2)
+
+
+@pytest.mark.parametrize(
+    ("change", "want"),
+    [
+        ({}, "documents"),
+        ({"causal": False}, "documents"),
+        ({"window": 2}, "documents"),
+        ({"window": 2, "causal": False}, "documents"),
+        ({"softmax": Softmax(scale=0.5)}, "documents"),
+        ({"scheme": "rope"}, "documents"),
+        ({"scheme": "alibi"}, "documents"),
+        ({"scheme": "t5"}, "documents"),
+        ({"given": True}, "documents"),  # NoPE reads no position
+        ({"given": True, "scheme": "rope"}, "rule"),  # given positions may not restart
+        ({"given": True, "scheme": "alibi"}, "rule"),
+        ({"compiling": True}, "rule"),  # the run lengths are a host read
+        ({"backend": "math"}, "rule"),
+        ({"backend": "flex"}, "rule"),
+        ({"sinks": 1, "window": 2}, "rule"),
+        ({"padding": torch.ones(1, 6, dtype=torch.bool)}, "rule"),
+        ({"pairs": torch.ones(1, 6, 6, dtype=torch.bool)}, "rule"),
+        ({"valid": torch.ones(1, 6, dtype=torch.bool)}, "rule"),
+        ({"slot": 3}, "rule"),  # a growing cache's earlier keys
+        ({"written": torch.ones(6, dtype=torch.bool), "static": True}, "rule"),
+        ({"evicted": True}, "rule"),
+        ({"rolling": True}, "rule"),
+        ({"k_pos": torch.arange(6)[None]}, "rule"),
+        ({"softmax": CAP}, "rule"),
+        ({"softmax": SINK}, "rule"),
+        ({"softmax": DROP, "dropout_p": 0.1}, "rule"),  # another draw than the dense mask's
+        ({"doc": None}, "fast"),
+    ],
+)
+def test_documents_take_the_grouped_path_only_where_it_is_the_same_answer(change, want):
+    if isinstance(change.get("scheme"), str):
+        change = {**change, "scheme": _scheme(change["scheme"])}
+    assert _path(**change) == want
