@@ -251,10 +251,12 @@ def _explain_layer(
     if context is not None and reach is not None and context > reach:
         what = "the training length (no scaling)" if rope_type == "default" else (
             "what this scaling reaches")
-        issues.append(RopeIssue(
-            "context", f"{context} positions are beyond {what} ({reach})",
-            f"extend the config first, e.g. posenc.hf.extend_context(config, {context}), or "
-            f"stay within {reach} positions"))  # fmt: skip
+        stretched = int(factor * trained) if factor and trained else None  # the rule's own reach
+        fix = (f"the {rope_type} frequencies already reach {stretched} positions: raise "
+               f"max_position_embeddings to {context}" if stretched and context <= stretched
+               else f"extend the config first, e.g. posenc.hf.extend_context(config, {context}), "
+               f"or stay within {reach} positions")
+        issues.append(RopeIssue("context", f"{context} positions are beyond {what} ({reach})", fix))
     plain, _ = rope_inv_freq(kw["head_dim"], base=kw["base"],
                              scaling={"partial_rotary_factor": kw["partial_rotary_factor"]})
     if any(i.blocking for i in issues):  # reported; posenc computes no values for it

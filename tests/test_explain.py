@@ -456,3 +456,18 @@ def test_the_your_model_pages_claims_about_transformers():
     assert yarn.rope_parameters["original_max_position_embeddings"] == 16384
     assert [i.field for i in posenc.explain(mine).issues] == [
         "rope_parameters['original_max_position_embeddings']"]
+
+
+def test_a_context_within_the_rules_own_reach_asks_for_max_position_embeddings():
+    # practitioner probe: a llama3 config whose window was left at the trained length was told
+    # to call extend_context(config, 32768), which refuses (the rule already reaches 65536)
+    cfg = {"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 8192,
+           "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "rope_theta": 500000.0,
+                               "original_max_position_embeddings": 8192}}
+    fixes = {i.field: i.fix for i in posenc.explain(cfg, context=32768).issues}
+    assert fixes["context"] == (
+        "the llama3 frequencies already reach 65536 positions: raise max_position_embeddings "
+        "to 32768")
+    far = {i.field: i.fix for i in posenc.explain(cfg, context=100000).issues}
+    assert far["context"].startswith("extend the config first")
