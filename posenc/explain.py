@@ -249,14 +249,7 @@ def _explain_layer(
     target = context if context is not None else max(
         [n for n in (max_len, reach, trained) if n is not None], default=None)
     if context is not None and reach is not None and context > reach:
-        what = "the training length (no scaling)" if rope_type == "default" else (
-            "what this scaling reaches")
-        stretched = int(factor * trained) if factor and trained else None  # the rule's own reach
-        fix = (f"the {rope_type} frequencies already reach {stretched} positions: raise "
-               f"max_position_embeddings to {context}" if stretched and context <= stretched
-               else f"extend the config first, e.g. posenc.hf.extend_context(config, {context}), "
-               f"or stay within {reach} positions")
-        issues.append(RopeIssue("context", f"{context} positions are beyond {what} ({reach})", fix))
+        issues.append(_beyond_reach(context, reach, rope_type, factor, trained))
     plain, _ = rope_inv_freq(kw["head_dim"], base=kw["base"],
                              scaling={"partial_rotary_factor": kw["partial_rotary_factor"]})
     if any(i.blocking for i in issues):  # reported; posenc computes no values for it
@@ -368,3 +361,18 @@ def _temperature(cfg: Mapping, target: int | None) -> dict[str, Any]:
         q = float(llama4_attn_scale(torch.tensor([target - 1]), floor_scale=floor,
                                     attn_scale=scale)[0])  # fmt: skip
     return {"temperature_tuning": (floor, scale), "nope_query_scale": q}
+
+
+def _beyond_reach(context: int, reach: int, rope_type: str, factor: float | None,
+                  trained: int | None) -> RopeIssue:
+    """The issue for a context past what the config reaches, and its fix: where the rule's own
+    frequencies already stretch that far (llama3 / longrope with the window left short), only
+    ``max_position_embeddings`` needs raising; otherwise the config needs extending."""
+    what = "the training length (no scaling)" if rope_type == "default" else (
+        "what this scaling reaches")
+    stretched = int(factor * trained) if factor and trained else None  # the rule's own reach
+    fix = (f"the {rope_type} frequencies already reach {stretched} positions: raise "
+           f"max_position_embeddings to {context}" if stretched and context <= stretched
+           else f"extend the config first, e.g. posenc.hf.extend_context(config, {context}), "
+           f"or stay within {reach} positions")
+    return RopeIssue("context", f"{context} positions are beyond {what} ({reach})", fix)
