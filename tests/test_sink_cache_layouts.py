@@ -114,3 +114,27 @@ def test_in_cache_refuses_the_models_own_rope_and_a_bad_layout():
         model(input_ids=torch.tensor([[5, 17, 33]]), past_key_values=cache, use_cache=True)
     with pytest.raises(ValueError, match="in_cache"):
         posenc.hf.SinkCache(sinks=S, window=W, positions="cache")
+
+
+@pytest.mark.parametrize("layout", ["true", "in_cache"])
+def test_compiled_decode_over_4x_the_window_makes_2_graphs_and_equals_posenc_decode(layout):
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    model = _llama("rope")
+    cache = posenc.hf.SinkCache(sinks=S, window=W, config=model.config, positions=layout)
+    counter = CompileCounter()
+    step = torch.compile(model.forward, backend=counter, fullgraph=True, dynamic=False)
+    ids = torch.tensor([[5, 17, 33, 8, 71]])
+    got = []
+    with torch.no_grad():
+        out = step(input_ids=ids, past_key_values=cache, use_cache=True).logits
+        got.append(out)
+        for _ in range(4 * W):  # no attention_mask: positions from the cache's 0-dim count
+            out = step(input_ids=out[:, -1:].argmax(-1), past_key_values=cache,
+                       use_cache=True).logits
+            got.append(out)
+        seq = torch.cat([ids] + [o[:, -1:].argmax(-1) for o in got[:-1]], dim=1)
+        ref = _reference(model, seq, layout)
+    assert counter.frame_count == 2  # prefill, step
+    torch.testing.assert_close(torch.cat(got, dim=1), ref, atol=1e-5, rtol=1e-5)

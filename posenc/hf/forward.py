@@ -83,18 +83,19 @@ def positions_mask(
                  and bool(attention_mask.all()))
     if fresh:
         return torch.zeros(1, 1, 1, 0, dtype=torch.long, device=device)
+    end = q_offset + q_length  # the tokens seen so far, this step's included (int or 0-d tensor)
+    if attention_mask is None:  # positions are indices (offsets may be 0-d tensors: compiled)
+        q_pos = (torch.arange(q_length, device=device) + q_offset)[None]  # [1, Lq]
+        k_pos = torch.arange(kv_length, device=device) + kv_offset  # [Lk]
+        k_pos = k_pos.masked_fill(k_pos >= end, -1)[None]  # a static cache's later slots: unwritten
+        return torch.cat([q_pos, k_pos], dim=-1)[:, None, None]  # [1, 1, 1, Lq + Lk]
     span = kv_offset + kv_length  # the tokens up to the last key slot
     index = torch.arange(span, device=device)  # [span]
-    end = q_offset + q_length  # the tokens seen so far, this step's included (int or 0-d tensor)
-    if attention_mask is None:
-        pos = index[None]  # [1, span]
-        real = (index < end)[None]  # [1, span]: a static cache's later slots are unwritten
-    else:
-        mask = attention_mask.to(device=device, dtype=torch.bool)  # [B, T]
-        T = mask.shape[-1]
-        mask = F.pad(mask, (0, span - T), value=False) if T < span else mask[:, :span]  # [B, span]
-        pos = (mask.long().cumsum(-1) - 1).masked_fill(~mask, 0)  # [B, span]
-        real = mask & (index < end)[None]
+    mask = attention_mask.to(device=device, dtype=torch.bool)  # [B, T]
+    T = mask.shape[-1]
+    mask = F.pad(mask, (0, span - T), value=False) if T < span else mask[:, :span]  # [B, span]
+    pos = (mask.long().cumsum(-1) - 1).masked_fill(~mask, 0)  # [B, span]
+    real = mask & (index < end)[None]
     q_index = torch.arange(q_length, device=device) + q_offset  # [Lq]
     k_index = torch.arange(kv_length, device=device) + kv_offset  # [Lk]
     q_pos = pos[:, q_index]  # [B | 1, Lq]
@@ -181,7 +182,8 @@ def _attend_rolling(
             f"this layer has sliding_window={window}, but posenc.hf.SinkCache(window="
             f"{cache.window}) imposes its own window: build the SinkCache with window={window}"
         )
-    if rows.documents is not None or (rows.key_valid is not None and rows.key_valid.dim() != 2):
+    packed = rows.documents is not None and not is_compiling()  # compiled: always a tensor
+    if packed or (rows.key_valid is not None and rows.key_valid.dim() != 2):
         raise ValueError(
             "posenc.hf.SinkCache keeps each row's first keys, not each document's or branch's: "
             "pass unpacked rows (no restarting position_ids, no 4-D mask) with it"

@@ -73,10 +73,10 @@ def _layer_class() -> type:
         def __init__(self, sinks: int, window: int, layout: str = "true") -> None:
             super().__init__()
             self.kv = KVCache(max_len=sinks + window, sinks=sinks, window=window)
-            self.layout, self.seen = layout, 0  # seen: tokens given since the last reset
+            self.layout, self.seen = layout, torch.zeros((), dtype=torch.long)
 
         def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
-            self.is_initialized = True
+            self.is_initialized, self.seen = True, self.seen.to(key_states.device)
 
         def update(self, key_states: Tensor, value_states: Tensor, *args: Any,
                    **kwargs: Any) -> tuple[Tensor, Tensor]:
@@ -94,23 +94,23 @@ def _layer_class() -> type:
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             attn_kwargs[ROLLING_KWARG], attn_kwargs[LAYOUT_KWARG] = self.kv, self.layout
-            self.seen += key_states.shape[-2]
+            self.seen.add_(key_states.shape[-2])
             return key_states, value_states
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            """``(kv_length, kv_offset)``: the mask describes the new tokens only (the cache
-            knows its stored keys' positions and padding itself)."""
-            return query_length, self.seen
+            """``(kv_length, kv_offset)``: the new tokens only (the cache knows the rest)."""
+            seen = self.get_seq_length()  # tokens since reset; compiled: 0-dim, no recompile
+            return query_length, seen if is_compiling() else int(seen)
 
-        def get_seq_length(self) -> int:
-            return self.seen
+        def get_seq_length(self) -> Any:
+            return self.seen if self.is_initialized else 0  # 0: a fresh prefill
 
         def get_max_length(self) -> int:
             return -1  # any number of tokens: the oldest beyond the window are dropped
 
         def reset(self) -> None:
             self.kv.reset()
-            self.seen = 0
+            self.seen.zero_()
 
         def reorder_cache(self, beam_idx: Tensor) -> None:
             if self.seen:
