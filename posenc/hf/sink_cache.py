@@ -159,6 +159,10 @@ def SinkCache(sinks: int = 4, window: int = 1020, *, num_layers: int | None = No
     left-padded row keeps pads as its sinks (a warning says so): pad on the right or prefill
     such rows alone. ``crop`` (assisted decoding) is not supported; ``reset()`` empties it for
     the next batch. The layers hold posenc ``KVCache`` objects (``cache.layers[i].kv``).
+    ``get_seq_length()`` is a 0-dim tensor once written (as ``StaticCache``'s), so
+    ``torch.compile(model.forward, fullgraph=True, dynamic=False)`` decodes any number of
+    steps in 2 graphs (prefill, step) in both layouts, calls without a growing
+    ``attention_mask`` (a mask that grows each step recompiles, as with any cache).
 
     Raises:
         TypeError / ValueError: ``sinks`` not an int ``>= 0``, ``window`` not an int ``>= 1``,
