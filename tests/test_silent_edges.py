@@ -292,3 +292,14 @@ def test_7b_cu_seqlens_given_as_document_ids_is_named():
     with pytest.raises(ValueError, match=r"looks like cu_seqlens.*document_ids_from_lengths.*"
                                          r"cu_seqlens="):
         posenc.attend(q, q, q, None, document_ids=cu)
+
+
+def test_8_sink_cache_in_a_model_posenc_does_not_run_refuses():
+    # practitioner probe: generate(past_key_values=SinkCache(...)) on a model never use()-d ran
+    # transformers' own attention over the new keys alone (7.9 off), silently
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(copy.deepcopy(llama_config(initializer_range=0.2))).eval()
+    prompt = torch.tensor([[5, 17, 33, 8, 71, 9]])
+    with pytest.raises(ValueError, match=r"not posenc's.*posenc\.hf\.use\(model\)"):
+        model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                       past_key_values=posenc.hf.SinkCache(2, 4), max_new_tokens=8)

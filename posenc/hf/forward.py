@@ -26,7 +26,7 @@ from .._checks import is_compiling
 from ..attention import attend
 from ..positions import cu_seqlens, packed_positions
 from ..schemes import PositionScheme
-from .sink_cache import LAYOUT_KWARG, ROLLING_KWARG, attend_in_cache
+from .sink_cache import LAYOUT_KWARG, ROLLING_KWARG, UNREAD, attend_in_cache
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,8 @@ def attention_forward(
         extra["sink_logits"] = sinks
     rolling = kwargs.get(ROLLING_KWARG)
     if rolling is not None:  # a posenc.hf.SinkCache layer: its rolling KVCache and rule
+        if not is_compiling():
+            rolling.__dict__.pop(UNREAD, None)  # read by posenc (SinkCache checks it)
         return _attend_rolling(query, key, value, opts.scheme, rows, rolling, sliding_window,
                                extra | {"layout": kwargs.get(LAYOUT_KWARG, "true")}), None
     if rows.cu_seqlens is not None and softcap is None and sinks is None and opts.backend != "flex" and (

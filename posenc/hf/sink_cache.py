@@ -41,6 +41,9 @@ from ..schemes import PositionScheme
 ROLLING_KWARG = "posenc_rolling_cache"
 """The attention kwarg a :class:`SinkCache` layer puts the layer's rolling cache under."""
 LAYOUT_KWARG = "posenc_rolling_layout"
+UNREAD = "_posenc_unread"
+"""Set on a layer's ``KVCache`` when :meth:`update` hands it out, cleared by posenc's attention
+when it reads it: still set at the next update means another attention ran (eager check)."""
 """The attention kwarg a :class:`SinkCache` layer puts its key layout under."""
 LAYOUTS = ("true", "in_cache")
 
@@ -93,6 +96,14 @@ def _layer_class() -> type:
                 )
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
+            if not is_compiling():  # eager: the last hand-off must have been read by posenc
+                if self.kv.__dict__.get(UNREAD):
+                    raise ValueError(
+                        "posenc.hf.SinkCache was handed to an attention that is not posenc's "
+                        "(the keys of the last call were never written: its output ignored the "
+                        "cache); switch the model with posenc.hf.use(model) before generate"
+                    )
+                self.kv.__dict__[UNREAD] = True
             attn_kwargs[ROLLING_KWARG], attn_kwargs[LAYOUT_KWARG] = self.kv, self.layout
             self.seen.add_(key_states.shape[-2])
             return key_states, value_states
@@ -110,6 +121,7 @@ def _layer_class() -> type:
 
         def reset(self) -> None:
             self.kv.reset()
+            self.kv.__dict__.pop(UNREAD, None)
             self.seen.zero_()
 
         def reorder_cache(self, beam_idx: Tensor) -> None:
