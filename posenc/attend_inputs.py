@@ -54,11 +54,11 @@ def check_call(
     """The plain arguments as a :class:`Call`, checked in the order ``attend`` always has."""
     scheme, causal, window, dropout_p = _check_options(scheme, cache, backend, causal, window,
                                                        dropout_p)
-    rolling = isinstance(cache, KVCache) and cache.rolling
-    if rolling:  # the cache holds the sinks and the last W keys: the rule is its own
-        assert isinstance(cache, KVCache) and cache.window is not None and cache.sinks is not None
-        check_rule(window, sinks, cache.window, cache.sinks)
-        window, sinks = cache.window, cache.sinks
+    imposed = cache.imposed_rule() if isinstance(cache, KVCache) else None
+    rolling = imposed is not None
+    if imposed is not None:  # the cache holds the sinks and the last W keys: the rule is its own
+        check_rule(window, sinks, *imposed)
+        window, sinks = imposed
     check_sinks(window, sinks)
     heads = scheme.num_heads
     if heads is not None and heads != q.shape[1]:
@@ -152,13 +152,11 @@ def pair_mask(mask: Tensor, cache: KVCache | None, B: int, Lq: int, Lk_new: int)
                 f"every head), got {shape}"
             )
         mask = mask[:, 0]
-    held = 0
-    if cache is not None and cache.k is not None and not is_compiling():
-        held = len(cache)
+    columns = None if cache is None else cache.mask_columns(Lk_new)
+    held = 0 if columns is None else columns.held
     want = held + Lk_new
-    static = cache is not None and cache.max_len is not None
     Lk = mask.shape[-1]
-    fits = Lk == want or (static and cache is not None and want <= Lk <= (cache.max_len or 0))
+    fits = Lk == want if columns is None else columns.pairs_fit(Lk)
     if (mask.shape[0] != 1 and mask.shape[0] != B) or mask.shape[1] != Lq or not fits:
         where = (f"; the cache holds {held} keys from earlier calls (cache.reset() starts anew)"
                  if held else "")
@@ -252,10 +250,8 @@ def check_runs(doc: Tensor, cache: KVCache | None) -> None:
     if is_compiling():
         return
     ids = doc.to(torch.long)  # [B, Lq]
-    held = None if cache is None else cache.document_ids  # [B, T]
+    held = None if cache is None else cache.held_document_ids()  # [B, T]
     if held is not None and held.shape[0] == ids.shape[0]:
-        if cache is not None and cache.filled is not None:
-            held = held[:, : int(cache.filled)]  # the written slots of a static cache
         ids = torch.cat([held.to(ids.device, torch.long), ids], dim=-1)  # [B, T + Lq]
     if ids.shape[-1] < 2:
         return
@@ -278,16 +274,9 @@ def new_valid(key_valid: Tensor | None, cache: KVCache | None, B: int, Lq: int) 
     None without a mask (or, eagerly, when a growing cache has seen no padding at all)."""
     if key_valid is None or cache is None:
         return None
-    if cache.rolling:  # key_valid_of kept the new keys' columns
-        return key_valid.expand(B, Lq)
-    if cache.static:  # the mask spans every slot: the new keys sit from the write pointer on
-        start = cache.filled if cache.filled is not None else torch.zeros((), dtype=torch.long)
-        slots = start.to(key_valid.device) + torch.arange(Lq, device=key_valid.device)
-        return key_valid.index_select(1, slots).expand(B, Lq)
-    new = key_valid[:, key_valid.shape[-1] - Lq:].expand(B, Lq)  # [B, Lq]
-    if cache.valid is None and not is_compiling() and bool(new.all()):
-        return None  # nothing to remember: the fast path stays open
-    return new
+    # rolling: key_valid_of kept the new keys' columns; static: the mask spans every slot,
+    # the new keys sit from the write pointer on; growing: the last Lq columns
+    return cache.mask_columns(Lq).new_columns(key_valid, B)
 
 
 def key_valid_of(
@@ -301,7 +290,8 @@ def key_valid_of(
         return None
     key_valid = _check_mask("attention_mask", attention_mask)
     T = key_valid.shape[-1]
-    if cache is not None and cache.rolling:  # the last Lq columns: the new keys
+    columns = None if cache is None else cache.mask_columns(Lk_new)
+    if columns is not None and columns.cut:  # rolling: the last Lq columns, the new keys
         if (key_valid.shape[0] != 1 and key_valid.shape[0] != B) or T < Lq:
             raise ValueError(
                 f"attention_mask must have shape [{B}, T] with T >= {Lq} (the new keys) with a "
@@ -309,16 +299,11 @@ def key_valid_of(
                 f"remembers earlier padding), got {tuple(attention_mask.shape)}"
             )
         return key_valid[:, T - Lq:].to(device)  # [1 | B, Lq]
-    static = cache is not None and cache.static
-    if cache is None:
-        Lk = Lk_new
-    elif cache.max_len is not None:
-        Lk = cache.max_len
-    else:
-        Lk = (0 if cache.k is None else cache.k.shape[-2]) + Lk_new
+    static = columns is not None and columns.slotted
+    Lk = Lk_new if columns is None else columns.width
     if static and T < Lk:  # the slots past the mask: unwritten
-        assert cache is not None
-        held = 0 if cache.filled is None or is_compiling() else int(cache.filled)
+        assert columns is not None
+        held = columns.held
         if T < held + Lq:
             if held and T == Lq:
                 raise ValueError(_not_continued(held, Lq, T))
@@ -343,8 +328,8 @@ def warn_if_restarting(positions: Tensor, cache: KVCache, B: int) -> None:
     """New tokens whose positions all lie below what a filled cache's rows reached: most
     likely a new batch on a cache that was not reset (eager calls of more than one token; a
     host sync)."""
-    nxt = cache.next_start
-    if cache.k is None or nxt is None or nxt.shape[0] != B:  # a new batch size: _check_new says
+    nxt = cache.reached()
+    if nxt is None or nxt.shape[0] != B:  # a new batch size: _check_new says
         return
     top = positions.to(nxt.device).amax(-1)  # [] or [B]
     if bool((top < nxt).any()):

@@ -211,7 +211,9 @@ class Where:
 @dataclass(frozen=True)
 class Keys:
     """Every key the queries attend over (the cache's after the write, or the new keys alone),
-    with positions, documents, ``valid [1 | B, Lk]``, the first query's slot and the cache's kind."""
+    with positions, documents, ``valid [1 | B, Lk]``, the first query's slot, whether ``evict``
+    dropped keys, and whether key slot ``j`` holds the ``j``-th key (a bias by index is one
+    by position)."""
 
     k: Tensor
     v: Tensor
@@ -219,9 +221,8 @@ class Keys:
     doc: Tensor | None
     valid: Tensor | None
     slot: Tensor | int
-    written: Tensor | None
     evicted: bool
-    static: bool
+    by_index: bool
 
 
 def choose_path(call: Call, where: Where, seen: Seen, softmax: Softmax, keys: Keys,
@@ -273,7 +274,7 @@ def _rule(call: Call, where: Where, seen: Seen, keys: Keys) -> tuple[Visibility,
     """The visibility rule over every key, and what the run may assume."""
     B, Lq = keys.k.shape[0], where.q_pos.shape[-1]
     pair = seen.pairs
-    if pair is not None and keys.written is not None and pair.shape[-1] < keys.k.shape[-2]:
+    if pair is not None and pair.shape[-1] < keys.k.shape[-2]:  # a static cache's slots
         pair = F.pad(pair, (0, keys.k.shape[-2] - pair.shape[-1]), value=False)  # unwritten
     device = keys.k.device
     rule = Visibility(
@@ -287,7 +288,7 @@ def _rule(call: Call, where: Where, seen: Seen, keys: Keys) -> tuple[Visibility,
     # a query sees its own key unless padding or keys of their own hide it: only then can a
     # row see no key (the written slots of a static cache include the query's own)
     return rule, RuleFacts(
-        index_bias=where.k_pos is None and not keys.evicted and not keys.static,
+        index_bias=where.k_pos is None and keys.by_index,
         may_be_empty=seen.masked or where.k_pos is not None or seen.pairs is not None,
     )
 
@@ -323,7 +324,7 @@ def _positions(
             "key_positions=gathered)"
         )
     if doc is not None:
-        if cache is not None and cache.k is not None:
+        if cache is not None and cache.holds_storage():
             raise ValueError("with document_ids and a non-empty cache, give positions "
                              "(the documents' positions continue across calls)")
         return Where(packed_positions(doc), k_pos, doc, False)  # [B, Lq]
@@ -341,19 +342,18 @@ def _all_keys(
     Lq = where.q_pos.shape[-1]
     k_pos = where.q_pos if where.k_pos is None else where.k_pos
     if cache is None:
-        return Keys(k, v, k_pos, where.doc, seen.padding, k.shape[-2] - Lq, None, False, False)
+        return Keys(k, v, k_pos, where.doc, seen.padding, k.shape[-2] - Lq, False, True)
     defaulted = not where.given and where.k_pos is None and where.doc is None
-    k, v, pos, doc, written, slot = cache._update(
+    rolling = cache.imposed_rule() is not None
+    view = cache.append(
         k, v, k_pos, where.doc, new_valid(seen.padding, cache, B, Lq), defaulted)
-    valid = seen.padding
-    if cache.rolling:  # [B, S + W + Lq]: the written stored slots that are not padding, the new
-        valid = written
-    else:
-        if cache.valid is not None:  # padding shown earlier stays hidden
-            valid = cache.valid if valid is None else valid & cache.valid
-        if written is not None:  # a static cache: only the written slots are keys
-            valid = written[None] if valid is None else valid & written
-    return Keys(k, v, pos, doc, valid, slot, written, cache.evicted, cache.static)
+    # the view's valid: the padding the cache remembers and, in a static cache, only the
+    # written slots; a rolling cache's [B, S + W + Lq] already holds this call's padding
+    valid = view.valid
+    if not rolling and seen.padding is not None:
+        valid = seen.padding if valid is None else seen.padding & valid
+    return Keys(view.k, view.v, view.positions, view.document_ids, valid, view.q_slot,
+                cache.holds_evicted(), cache.positions_are_slots)
 
 
 _layers_made = 0
@@ -479,8 +479,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             if not isinstance(cache, KVCache):
                 raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-            if cache.owner is not None:
-                cache.claim(self.layer_name)  # raises if another layer wrote it
+            cache.check_claim(self.layer_name)  # raises if another layer wrote it
         H, H_kv, Dh = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv(x)  # [B, L, (H + 2 H_kv) Dh]
         if H_kv == H:
@@ -494,6 +493,6 @@ class MultiHeadAttention(nn.Module):
             attention_mask=attention_mask, document_ids=document_ids, window=self.window,
             sinks=self.sinks, backend=self.backend, dropout_p=self.dropout if self.training else 0.0,
         )  # [B, H, L, Dh]
-        if cache is not None and cache.owner is None:
+        if cache is not None:
             cache.claim(self.layer_name)  # after the write: a refused call claims nothing
         return self.proj(y.transpose(1, 2).flatten(2))  # [B, L, D]

@@ -5,17 +5,14 @@ cache also keeps each key's position (and document id, for packed rows), so a bi
 reads positions, never indices: after ``evict`` drops entries (a sliding window, attention
 sinks; Xiao et al., 2024, StreamingLLM) ALiBi and T5 still see the true distances.
 
-``KVCache()`` grows by concatenation (simple, eager). ``KVCache(max_len=N)`` preallocates
-``[B, H_kv, N, D_h]`` on the first update and writes each step in place at a write pointer kept
-as a tensor, so every decode step has the same shapes and ``torch.compile`` compiles the step
-once (the unwritten slots are masked out), as transformers' ``StaticCache`` does.
-``KVCache(max_len=S + W, sinks=S, window=W)`` is a rolling static cache: it keeps the first
-``S`` keys and the last ``W`` (StreamingLLM), writing around in place
-(``posenc.rolling_cache``). The storage kinds (``Growing``, ``Static``, ``Rolling``) live in
-``posenc.cache_slots`` and ``posenc.rolling_cache``; ``KVCache`` picks one at construction,
-checks what it is given, and answers attention through a few methods (:meth:`KVCache.append`,
-:meth:`~KVCache.mask_columns`, :meth:`~KVCache.imposed_rule`, :meth:`~KVCache.next_positions`,
-:meth:`~KVCache.held_document_ids`).
+``KVCache()`` grows (simple, eager). ``KVCache(max_len=N)`` preallocates ``[B, H_kv, N, D_h]``
+and writes in place at a write pointer kept as a tensor, so ``torch.compile`` compiles a decode
+step once (the unwritten slots are masked out), as transformers' ``StaticCache``.
+``KVCache(max_len=S + W, sinks=S, window=W)`` keeps the first ``S`` keys and the last ``W``
+(StreamingLLM), writing around in place. The storage kinds (``Growing``, ``Static``,
+``Rolling``: ``posenc.cache_slots``, ``posenc.rolling_cache``) sit behind ``KVCache``, which
+answers attention through methods only, never a field (:meth:`KVCache.append`,
+``mask_columns``, ``imposed_rule``, ``next_positions``, ``held_document_ids``, ``reached``...).
 
 A cache serves one attention layer: :class:`~posenc.attention.MultiHeadAttention` claims the
 cache it first writes and refuses one another layer wrote. A model holds one cache per layer
@@ -63,9 +60,8 @@ class KVCache:
     the first ``S`` keys and the last ``W`` (StreamingLLM; Xiao et al., 2024), writes around in
     place and imposes ``window=W, sinks=S`` on attention (see ``posenc.rolling_cache``). Its
     sinks are the first ``S`` slots: a left-padded row keeps pads there (a warning says so).
-    One cache per layer (:class:`LayerCaches` holds one per layer of a
-    model); :class:`~posenc.attention.MultiHeadAttention` refuses a cache another layer wrote.
-    """
+    One cache per layer (:class:`LayerCaches` holds one per layer of a model);
+    :class:`~posenc.attention.MultiHeadAttention` refuses a cache another layer wrote."""
 
     k: _Slot[Tensor | None] = _Slot()  # [B, H_kv, T, D_h], stored rotated
     v: _Slot[Tensor | None] = _Slot()  # [B, H_kv, T, D_v]
@@ -95,11 +91,14 @@ class KVCache:
     def claim(self, layer: str) -> None:
         """Record that ``layer`` (a name) writes this cache, or raise if another layer did:
         a cache holds one layer's keys, and a second layer would attend to them."""
+        self.check_claim(layer)
+        self.owner = layer
+
+    def check_claim(self, layer: str) -> None:
+        """Raise as :meth:`claim` would, and claim nothing."""
         if not isinstance(layer, str):
             raise TypeError(f"layer must be a str (the layer's name), got {type(layer).__name__}")
-        if self.owner is None:
-            self.owner = layer
-        elif self.owner != layer:
+        if self.owner is not None and self.owner != layer:
             raise ValueError(
                 f"cache: this KVCache holds the keys of layer {self.owner!r}, and layer {layer!r} "
                 "was given it too; a cache serves one layer: give each layer its own "
@@ -158,6 +157,16 @@ class KVCache:
         None when the cache has none."""
         return self._s.held_document_ids()
 
+    def holds_storage(self) -> bool:  # written since made (a static cache's, also reset)
+        return self._s.k is not None
+
+    def reached(self) -> Tensor | None:
+        """``[B]`` int64: each row's highest position + 1 (None while nothing is stored)."""
+        return None if self._s.k is None else self._s.next_start
+
+    def holds_evicted(self) -> bool:  # evict() dropped slots: keys are not at their indices
+        return self._s.evicted
+
     @property
     def positions_are_slots(self) -> bool:
         """Key slot ``j`` of a view holds the ``j``-th key appended (growing, never evicted):
@@ -175,12 +184,9 @@ class KVCache:
         if self._s.rolling:
             return view
         held, written = self._s.valid, view.valid
-        valid: Tensor | None
-        if held is not None:
-            valid = held if written is None else held & written
-        else:
-            valid = None if written is None else written[None]
-        return view._replace(valid=valid)
+        if held is None:
+            return view if written is None else view._replace(valid=written[None])
+        return view._replace(valid=held if written is None else held & written)
 
     def _check_new(self, k: Tensor, v: Tensor) -> None:
         ck, cv = self._s.k, self._s.v
@@ -230,12 +236,11 @@ class KVCache:
     ) -> CacheView:
         """Add the new ``k [B, H_kv, L, D_h]``, ``v [B, H_kv, L, D_v]`` at ``positions [L]``
         or ``[B, L]`` (default: after the tokens seen) with their ``document_ids [L]`` or
-        ``[B, L]``; return everything
-        cached. ``positions`` are checked as :func:`~posenc.attention.attend` checks them
-        (integers in ``[0, 2**31)``), ``document_ids`` are integer labels. A rolling cache
-        returns its ``S + W`` stored slots followed by the new keys (the keys the new queries
-        attend over, before they overwrite any), with ``valid [B, S + W + L]``, and takes no
-        ``document_ids``."""
+        ``[B, L]``; return everything cached. ``positions`` are checked as
+        :func:`~posenc.attention.attend` checks them (integers in ``[0, 2**31)``),
+        ``document_ids`` are integer labels. A rolling cache returns its ``S + W`` stored slots
+        and the new keys (what the new queries attend over, before they overwrite any), with
+        ``valid [B, S + W + L]``, and takes no ``document_ids``."""
         check_tensor("k", k, floating=True, min_dim=1)
         B, L = k.shape[0], k.shape[-2] if k.dim() > 1 else 0
         if positions is not None:

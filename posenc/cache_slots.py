@@ -50,6 +50,11 @@ class MaskColumns(NamedTuple):
     cut: bool  # rolling: only the last ``new`` columns are read; the view's valid says the rest
     remember_all: bool  # False: a growing cache that saw no padding forgets an all-real mask
 
+    @property
+    def slotted(self) -> bool:
+        """The mask spans a static cache's slots: a narrower one is padded with False."""
+        return isinstance(self.start, Tensor)
+
     def padding_fits(self, T: int) -> bool:
         """A ``[B, T]`` padding mask has a width the cache can take."""
         if self.most is None:
