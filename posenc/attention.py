@@ -265,8 +265,8 @@ def _documents_each_alone(
     return (where.doc is not None and not compiling and call.backend == "sdpa"
             and (not where.given or no_positions) and where.k_pos is None
             and not call.sinks and not call.rolling and not seen.masked and seen.pairs is None
-            and keys.valid is None and keys.written is None and not keys.evicted
-            and not keys.static and isinstance(keys.slot, int) and keys.slot == 0
+            and keys.valid is None and keys.by_index  # growing or none, never evicted
+            and isinstance(keys.slot, int) and keys.slot == 0
             and softmax.plain and softmax.dropout_p == 0.0)
 
 
