@@ -61,6 +61,28 @@ def _cache_base() -> tuple[type, type]:
     return Cache, CacheLayerMixin
 
 
+def _hand_out(kv: KVCache, attn_kwargs: Any) -> dict[str, Any]:
+    """The attention's kwargs ``kv`` goes out through; marks ``kv`` handed out and, in eager
+    mode, refuses when the last hand-off was never read (posenc's attention clears the mark:
+    another attention ignored the cache)."""
+    if not isinstance(attn_kwargs, dict):
+        raise ValueError(
+            "posenc.hf.SinkCache is written by posenc's attention, but this model's attention "
+            "layer passed it no kwargs (transformers' attention calls cache.update(k, v, "
+            "layer_idx, kwargs=kwargs)); switch the model with posenc.hf.use(model)"
+        )
+    if is_compiling():
+        return attn_kwargs
+    if kv.__dict__.get(UNREAD):
+        raise ValueError(
+            "posenc.hf.SinkCache was handed to an attention that is not posenc's (the keys of "
+            "the last call were never written: its output ignored the cache); switch the model "
+            "with posenc.hf.use(model) before generate"
+        )
+    kv.__dict__[UNREAD] = True
+    return attn_kwargs
+
+
 @functools.cache
 def _layer_class() -> type:
     _, mixin = _cache_base()
@@ -86,24 +108,9 @@ def _layer_class() -> type:
             """Hand posenc's attention this layer's rolling cache (through the attention's
             kwargs, which transformers passes here as ``kwargs=``); the new keys and values go
             back unchanged, and :func:`~posenc.attention.attend` writes them."""
-            attn_kwargs = kwargs.get("kwargs")
-            if not isinstance(attn_kwargs, dict):
-                raise ValueError(
-                    "posenc.hf.SinkCache is written by posenc's attention, but this model's "
-                    "attention layer passed it no kwargs (transformers' attention calls "
-                    "cache.update(k, v, layer_idx, kwargs=kwargs)); switch the model with "
-                    "posenc.hf.use(model)"
-                )
+            attn_kwargs = _hand_out(self.kv, kwargs.get("kwargs"))
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            if not is_compiling():  # eager: the last hand-off must have been read by posenc
-                if self.kv.__dict__.get(UNREAD):
-                    raise ValueError(
-                        "posenc.hf.SinkCache was handed to an attention that is not posenc's "
-                        "(the keys of the last call were never written: its output ignored the "
-                        "cache); switch the model with posenc.hf.use(model) before generate"
-                    )
-                self.kv.__dict__[UNREAD] = True
             attn_kwargs[ROLLING_KWARG], attn_kwargs[LAYOUT_KWARG] = self.kv, self.layout
             self.seen.add_(key_states.shape[-2])
             return key_states, value_states
