@@ -93,15 +93,15 @@ def _path_facts(**change):
     kv = torch.zeros(1, 2, L, 4)
     facts = dict(scheme=NoPE(), causal=True, window=None, sinks=None, backend="sdpa",
                  dropout_p=0.0, rolling=False, q_pos=pos, k_pos=None, doc=doc, given=False,
-                 padding=None, pairs=None, softmax=PLAIN, valid=None, slot=0, written=None,
-                 evicted=False, static=False, compiling=False)
+                 padding=None, pairs=None, softmax=PLAIN, valid=None, slot=0,
+                 evicted=False, by_index=True, compiling=False)
     facts.update(change)
     f = facts
     call = Call(f["scheme"], f["causal"], f["window"], f["sinks"], f["backend"], f["dropout_p"],
                 f["rolling"])
     where = Where(f["q_pos"], f["k_pos"], f["doc"], f["given"])
-    keys = Keys(kv, kv, f["q_pos"], f["doc"], f["valid"], f["slot"], f["written"], f["evicted"],
-                f["static"])
+    keys = Keys(kv, kv, f["q_pos"], f["doc"], f["valid"], f["slot"], f["evicted"],
+                f["by_index"])
     return call, where, Seen(f["padding"], f["pairs"]), f["softmax"], keys, f["compiling"]
 
 
@@ -140,8 +140,8 @@ def _scheme(name):
         ({"pairs": torch.ones(1, 6, 6, dtype=torch.bool)}, "rule"),
         ({"valid": torch.ones(1, 6, dtype=torch.bool)}, "rule"),
         ({"slot": 3}, "rule"),  # a growing cache's earlier keys
-        ({"written": torch.ones(6, dtype=torch.bool), "static": True}, "rule"),
-        ({"evicted": True}, "rule"),
+        ({"valid": torch.ones(1, 6, dtype=torch.bool), "by_index": False}, "rule"),  # static
+        ({"evicted": True, "by_index": False}, "rule"),  # evict leaves slots != keys
         ({"rolling": True}, "rule"),
         ({"k_pos": torch.arange(6)[None]}, "rule"),
         ({"softmax": CAP}, "rule"),
