@@ -28,7 +28,7 @@ from .cache import KVCache
 from .positions import _check_mask
 from .rolling_cache import check_rule
 from .schemes import NoPE, PositionScheme, _a_class
-from .varlen import attend_varlen
+from .varlen import VarlenOptions, attend_varlen
 
 _NOPE = NoPE()
 
@@ -354,8 +354,7 @@ def _not_continued(held: int, Lq: int, T: int) -> str:
 
 def varlen_layout(
     q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme | None, cu_seqlens: Tensor | None,
-    max_seqlen: int | None, causal: bool, window: int | None, scale: float | None, backend: str,
-    dropout_p: float, others: dict[str, object],
+    max_seqlen: int | None, opts: VarlenOptions, others: dict[str, object],
 ) -> Tensor:
     """``attend`` on flash-attn's varlen layout: :func:`posenc.varlen.attend_varlen`."""
     if cu_seqlens is None:
@@ -371,6 +370,6 @@ def varlen_layout(
             "those options use [B, H, L, D] with document_ids"
         )
     return attend_varlen(
-        q, k, v, scheme, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, causal=causal,
-        window=window, scale=scale, backend=backend, dropout_p=dropout_p,
+        q, k, v, scheme, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, causal=opts.causal,
+        window=opts.window, scale=opts.scale, backend=opts.backend, dropout_p=opts.dropout_p,
     )

@@ -59,6 +59,7 @@ from .cache import KVCache
 from .masks import Visibility, causal_block_mask, causal_mask  # noqa: F401  (re-exported)
 from .positions import packed_positions
 from .schemes import PositionScheme, make_scheme
+from .varlen import VarlenOptions
 
 
 def attend(
@@ -157,11 +158,12 @@ def attend(
             before the ``cache`` is written: a refused call leaves the cache as it was.
     """
     if cu_seqlens is not None or max_seqlen is not None:  # flash-attn's layout: its own function
-        return varlen_layout(q, k, v, scheme, cu_seqlens, max_seqlen, causal, window, scale, backend,
-                       dropout_p, dict(positions=positions, key_positions=key_positions,
-                                       attention_mask=attention_mask, document_ids=document_ids,
-                                       cache=cache, sinks=sinks, softcap=softcap,
-                                       sink_logits=sink_logits))
+        opts = VarlenOptions(causal, window, scale, dropout_p, backend)
+        return varlen_layout(q, k, v, scheme, cu_seqlens, max_seqlen, opts,
+                             dict(positions=positions, key_positions=key_positions,
+                                  attention_mask=attention_mask, document_ids=document_ids,
+                                  cache=cache, sinks=sinks, softcap=softcap,
+                                  sink_logits=sink_logits))
     # 1. check: every argument, before anything is written (a refused call leaves the cache)
     B, Lq = check_qkv(q, k, v, own_keys=key_positions is not None)
     call = check_call(q, scheme, cache, backend, causal, window, sinks, dropout_p)

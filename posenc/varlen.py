@@ -41,6 +41,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -125,6 +126,18 @@ def _varlen_path(
     return "flash-attn" if fits and flash_attn else "sdpa"
 
 
+@dataclass(frozen=True)
+class VarlenOptions:
+    """The options of one varlen call that travel together: what a query sees (``causal``,
+    ``window``), the factor on the scores (``scale``), ``dropout_p`` and the ``backend``."""
+
+    causal: bool
+    window: int | None
+    scale: float | None
+    dropout_p: float
+    backend: str = "sdpa"
+
+
 def attend_varlen(
     q: Tensor,
     k: Tensor,
@@ -195,17 +208,18 @@ def attend_varlen(
         scheme, backend=backend, device_type=q.device.type, dtype=q.dtype, head_dim=q.shape[-1],
         v_head_dim=v.shape[-1],
     )
+    opts = VarlenOptions(causal, window, scale, dropout_p, backend)
     if path == "flash-attn":  # no host read of the offsets when max_seqlen is given
         if max_seqlen is None:
             max_seqlen = max(lengths) if lengths is not None else int(cu.diff().max())
         q, k = _rotate(q, k, scheme, cu)
-        return _flash_path(q, k, v, scheme, cu, max_seqlen, causal, window, scale, dropout_p)
+        return _flash_path(q, k, v, scheme, cu, max_seqlen, opts)
     if lengths is None:
         lengths = cu.diff().tolist()  # the grouped paths need them as ints
     if path == "flex":
-        return _flex(q, k, v, scheme, lengths, causal, window, scale, dropout_p)
+        return _flex(q, k, v, scheme, lengths, opts)
     q, k = _rotate(q, k, scheme, cu)
-    return _grouped(q, k, v, scheme, lengths, causal, window, scale, dropout_p, math_=path == "math")
+    return _grouped(q, k, v, scheme, lengths, opts, math_=path == "math")
 
 
 def _check_options(
@@ -342,9 +356,10 @@ def _rotate(q: Tensor, k: Tensor, scheme: PositionScheme, cu: Tensor) -> tuple[T
 
 def _flash_path(
     q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, cu: Tensor, max_seqlen: int,
-    causal: bool, window: int | None, scale: float | None, dropout_p: float,
+    opts: VarlenOptions,
 ) -> Tensor:
     """flash-attn's varlen kernel on rotated ``q, k``; ALiBi through its ``alibi_slopes``."""
+    causal, window, scale, dropout_p = opts.causal, opts.window, opts.scale, opts.dropout_p
     fn = _flash_varlen()
     assert fn is not None
     reach = -1 if window is None else min(window - 1, max(max_seqlen, 1))  # keys back (and ahead)
@@ -360,11 +375,12 @@ def _flash_path(
 
 def _flex(
     q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, lengths: list[int],
-    causal: bool, window: int | None, scale: float | None, dropout_p: float,
+    opts: VarlenOptions,
 ) -> Tensor:
     """FlexAttention over the packed row with document ids (its block mask skips the tiles
     between documents). ``scale`` multiplies ``q`` by ``scale * sqrt(D)`` first: ``rotate`` is
     linear in ``q``, so the scores are ``q k^T * scale`` plus the bias."""
+    causal, window, scale, dropout_p = opts.causal, opts.window, opts.scale, opts.dropout_p
     if scale is not None:
         q = q * (scale * math.sqrt(q.shape[-1]))
     doc = document_ids_from_lengths(torch.tensor(lengths, device=q.device))[None]  # [1, total]
@@ -395,7 +411,8 @@ def attend_documents(
     starts = new.flatten().nonzero().flatten().tolist() + [B * L]  # one host read
     lengths = [b - a for a, b in zip(starts[:-1], starts[1:], strict=True)]
     qf, kf, vf = (t.transpose(1, 2).reshape(B * L, t.shape[1], t.shape[-1]) for t in (q, k, v))
-    out = _grouped(qf, kf, vf, scheme, lengths, causal, window, scale, 0.0, math_=False)
+    opts = VarlenOptions(causal, window, scale, 0.0)
+    out = _grouped(qf, kf, vf, scheme, lengths, opts, math_=False)
     return out.unflatten(0, (B, L)).transpose(1, 2)  # [B, H, L, Dv]
 
 
@@ -439,10 +456,11 @@ def _group_mask(
 
 def _grouped(
     q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, lengths: list[int],
-    causal: bool, window: int | None, scale: float | None, dropout_p: float, math_: bool,
+    opts: VarlenOptions, math_: bool,
 ) -> Tensor:
     """The exact path: one batched attention call per distinct length, ``[N_n, H, n, D]``,
     written into the output rows of its sequences (every row belongs to one sequence)."""
+    causal, window, scale, dropout_p = opts.causal, opts.window, opts.scale, opts.dropout_p
     total, H = q.shape[0], q.shape[1]
     out = q.new_empty(total, H, v.shape[-1])  # [total, H, Dv]
     for n, starts in _groups(lengths).items():

@@ -54,13 +54,9 @@ _REDESIGN = "issue 33: to be removed by the redesign"
 _PUBLIC = "permanent: a public signature fixed by DESIGN/transformers (the rule is for private)"
 ALLOWLIST: dict[str, str] = {  # "rule: subject" -> reason
     'parameters: posenc.attention.MultiHeadAttention.__init__': _PUBLIC,
-    'parameters: posenc.attend_inputs.varlen_layout': _REDESIGN,
     'parameters: posenc.attention.attend': _PUBLIC,
     'parameters: posenc.hf.forward.attention_forward': _PUBLIC,
     'parameters: posenc.hf.forward.positions_mask': _PUBLIC,
-    'parameters: posenc.varlen._flash_path': _REDESIGN,
-    'parameters: posenc.varlen._flex': _REDESIGN,
-    'parameters: posenc.varlen._grouped': _REDESIGN,
     'parameters: posenc.varlen.attend_varlen': _PUBLIC,
 }
 
