@@ -107,7 +107,7 @@ class KVCache:
 
     @property
     def max_len(self) -> int | None:
-        """Slots of a static cache (None: growing)."""
+        """The number of slots of a static cache, or None for a growing one."""
         return self._s.max_len
 
     @property

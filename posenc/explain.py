@@ -47,8 +47,8 @@ from .rope_scaling import ROPE_TYPES, rope_inv_freq
 from .temperature import llama4_attn_scale
 
 TREATMENTS = ("kept", "interpolated", "ramped", "rescaled")
-"""What a scaling rule does to a pair: ``kept`` (frequency unchanged), ``interpolated`` (divided
-by the full factor), ``ramped`` (YaRN / Llama 3: between the two), ``rescaled`` (its own factor:
+"""The treatments a scaling rule gives a pair. ``kept`` (frequency unchanged), ``interpolated``
+(divided by the full factor), ``ramped`` (YaRN / Llama 3: between the two), ``rescaled`` (its own factor:
 dynamic NTK's base change, LongRoPE's searched factors)."""
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 _NEEDS_ORIGINAL = ("yarn", "llama3", "longrope")
@@ -115,7 +115,7 @@ class RopeReport:
 
     @property
     def num_pairs(self) -> int:
-        """Rotary pairs: ``rotary_dim // 2``."""
+        """The number of rotary pairs, ``rotary_dim // 2``."""
         return self.rotary_dim // 2
 
     def counts(self) -> dict[str, int]:

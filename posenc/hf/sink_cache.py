@@ -184,12 +184,12 @@ def SinkCache(sinks: int = 4, window: int = 1020, *, num_layers: int | None = No
     ``attention_mask`` (a mask that grows each step recompiles, as with any cache).
 
     Raises:
-        TypeError / ValueError: ``sinks`` not an int ``>= 0``, ``window`` not an int ``>= 1``,
-            ``num_layers`` not an int ``>= 1``, ``positions`` not ``"true"`` or
-            ``"in_cache"``.
+        TypeError: ``sinks``, ``window`` or ``num_layers`` not an int.
+        ValueError: ``sinks < 0``, ``window < 1``, ``num_layers < 1``, ``positions`` not
+            ``"true"`` or ``"in_cache"``; and, at the first forward, the model's attention is
+            not posenc's, or ``positions="in_cache"`` on a model without a relative posenc
+            scheme.
         ImportError: transformers is missing.
-        ValueError (at the first forward): the model's attention is not posenc's;
-            ``positions="in_cache"`` on a model without a relative posenc scheme.
     """
     sinks = check_int("sinks", sinks, minimum=0)
     window = check_int("window", window, minimum=1)
