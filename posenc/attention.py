@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import varlen
 from ._checks import (
     check_bool,
     check_dropout,
@@ -59,7 +58,7 @@ from .cache import KVCache
 from .masks import Visibility, causal_block_mask, causal_mask  # noqa: F401  (re-exported)
 from .positions import packed_positions
 from .schemes import PositionScheme, make_scheme
-from .varlen import VarlenOptions
+from .varlen import VarlenOptions, attend_documents
 
 
 def attend(
@@ -182,8 +181,8 @@ def attend(
     # 5. attend: the path that needs the least
     path = choose_path(call, where, seen, softmax, keys, compiling=is_compiling())
     if path == "documents":
-        return varlen.attend_documents(q, keys.k, keys.v, call.scheme, where.doc, call.causal,
-                                       call.window, softmax.scale)
+        return attend_documents(q, keys.k, keys.v, call.scheme, where.doc, call.causal,
+                                call.window, softmax.scale)
     if path == "one_query":
         near_keys = near(where.q_pos, keys.pos, call.window, call.sinks)  # [1 | B, Lk] or None
         valid = keys.valid if near_keys is None else (

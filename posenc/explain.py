@@ -38,9 +38,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import explain_render
 from ._checks import check_int
 from .explain_issues import RopeIssue, config_issues, param_issues
+from .explain_render import plot as render_plot
+from .explain_render import render_text
 from .rope import RotaryEmbedding
 from .rope_config import _as_dict, rotary_kwargs_from_hf_config
 from .rope_scaling import ROPE_TYPES, rope_inv_freq
@@ -124,7 +125,7 @@ class RopeReport:
 
     def to_table(self, lang: str = "en") -> str:
         """The readable table ``str(report)`` prints, in ``lang`` (``"en"`` or ``"zh"``)."""
-        return explain_render.render_text(self, lang)
+        return render_text(self, lang)
 
     def __str__(self) -> str:
         return self.to_table("en")
@@ -133,7 +134,7 @@ class RopeReport:
         """A matplotlib figure: each pair's wavelength before and after scaling (log scale)
         against the training and target lengths, coloured by treatment; labels in ``lang``.
         Draws into ``ax`` when given; returns the figure."""
-        return explain_render.plot(self, lang=lang, ax=ax)
+        return render_plot(self, lang=lang, ax=ax)
 
 
 def explain(config: Any, *, context: int | None = None) -> RopeReport:

@@ -83,6 +83,10 @@ CASES = [
     ("RotaryEmbedding.from_hf_config", lambda: from_hf({**LLAMA, "partial_rotary_factor": 1.5}), ValueError, "config['partial_rotary_factor'] must be in (0, 1]"),
     ("RotaryEmbedding.from_hf_config", lambda: from_hf(LLAMA, layer_type="full_attention"), ValueError, "layer_type='full_attention' given but"),
     ("RotaryEmbedding.from_hf_config", lambda: rotary_kwargs_from_hf_config({**LLAMA, "head_dim": 7.0}), TypeError, "config['head_dim'] must be an int"),
+    ("explain", lambda: pe.explain(3), TypeError, "config must be a transformers config"),
+    ("explain", lambda: pe.explain("/nonexistent/config.json"), ValueError, "config path '/nonexistent/config.json' is not a file"),
+    ("explain", lambda: pe.explain(LLAMA, context=-1), ValueError, "context must be an int >= 1, got -1"),
+    ("explain", lambda: pe.explain(LLAMA, context="x"), TypeError, "context must be an int, got 'x'"),
 ]  # fmt: skip
 
 
@@ -99,7 +103,7 @@ def test_at_least_three_cases_per_public_name():
     names = [c[0] for c in CASES]
     for name in ("sinusoidal_table", "SinusoidalPositionalEmbedding", "LearnedPositionalEmbedding",
                  "t5_relative_bucket", "T5RelativeBias", "rope_inv_freq", "rope_wavelengths",
-                 "default_device", "RotaryEmbedding.from_hf_config"):  # fmt: skip
+                 "default_device", "RotaryEmbedding.from_hf_config", "explain"):  # fmt: skip
         assert names.count(name) >= 3, name
 
 

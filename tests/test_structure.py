@@ -106,7 +106,7 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
         name = node.module or ""
     if name.split(".")[0] != "posenc":
         return []
-    out = []
+    out = [name] if node.level and not node.module else []  # ``from . import x`` loads the package
     for alias in node.names:
         sub = f"{name}.{alias.name}"
         out.append(sub if sub in MODULES else name)

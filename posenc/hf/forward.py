@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .. import varlen
+import posenc.varlen as varlen  # the module: a patched attend_varlen is the one called
+
 from .._checks import is_compiling
 from ..attention import attend
 from ..positions import cu_seqlens, packed_positions
