@@ -42,6 +42,22 @@ def check_window(name: str, value: object) -> int:
     return value
 
 
+def check_sinks(window: int | None, sinks: object, *, owner: str = "") -> int | None:
+    """StreamingLLM's ``sinks`` (Xiao et al., 2024): an int >= 0 that keeps the first positions
+    visible beside a sliding ``window``, so a positive count needs a window (one message for
+    ``attend``, ``MultiHeadAttention`` and ``KVCache``; ``owner`` prefixes it)."""
+    if sinks is None:
+        return None
+    sinks = check_int("sinks", sinks, minimum=0)
+    if window is None and sinks:
+        raise ValueError(
+            f"{owner}sinks={sinks} needs window=W too: sinks keep the first {sinks} positions "
+            "visible beside a sliding window of W (without a window every earlier key is "
+            "visible already)"
+        )
+    return sinks
+
+
 def check_float(
     name: str, value: object, *, positive: bool = False, minimum: float | None = None
 ) -> float:

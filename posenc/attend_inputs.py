@@ -18,12 +18,13 @@ from torch import Tensor
 from ._checks import (
     check_bool,
     check_dropout,
+    check_sinks,
     check_tensor,
     check_window,
     is_compiling,
     warn_caller,
 )
-from .backends import BACKENDS, check_sinks
+from .backends import BACKENDS
 from .cache import KVCache
 from .positions import _check_mask
 from .rolling_cache import check_rule

@@ -26,6 +26,7 @@ from ._checks import (
     check_dropout,
     check_int,
     check_rows,
+    check_sinks,
     check_tensor,
     check_window,
     is_compiling,
@@ -406,9 +407,7 @@ class MultiHeadAttention(nn.Module):
                 f"num_heads={num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
             )
         self.window = None if window is None else check_window("window", window)
-        self.sinks = None if sinks is None else check_int("sinks", sinks, minimum=0)
-        if self.sinks and self.window is None:
-            raise ValueError(f"sinks={sinks} needs window=W (the window plus the first sinks positions)")
+        self.sinks = check_sinks(self.window, sinks, owner="MultiHeadAttention: ")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.head_dim = dim // num_heads

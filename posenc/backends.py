@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_float, check_int, check_tensor, is_compiling, warn_caller
+from ._checks import check_float, check_tensor, is_compiling, warn_caller
 from .masks import Visibility, block_visibility, causal_block_mask, causal_mask, dense_visibility
 from .schemes import PositionScheme
 
@@ -81,17 +81,6 @@ def check_softmax(
             )
         sink_logits = sink_logits.to(q.device)
     return Softmax(scale, softcap, sink_logits, dropout_p)
-
-
-def check_sinks(window: int | None, sinks: object) -> None:
-    """``sinks`` (an int >= 0) keeps positions visible beside a window: it needs one."""
-    if sinks is not None:
-        sinks = check_int("sinks", sinks, minimum=0)
-        if window is None and sinks:
-            raise ValueError(
-                f"sinks={sinks} keeps the first {sinks} positions visible beside a sliding "
-                "window: give window=W too (without a window every earlier key is visible)"
-            )
 
 
 # ---- the decision ------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from ._checks import check_int, is_compiling
+from ._checks import check_int, check_sinks, is_compiling
 from .cache_slots import CacheView, MaskColumns, Static
 
 
@@ -36,11 +36,7 @@ def check_rolling(max_len: object, sinks: object, window: object) -> tuple[int |
     """``(sinks, window)`` of a rolling cache, checked against ``max_len`` (``(None, None)``
     for a growing or plain static cache)."""
     if window is None:
-        if sinks is not None:
-            raise ValueError(
-                f"KVCache: sinks={sinks!r} needs window=W too (a rolling cache keeps the first "
-                "sinks keys plus the last W: KVCache(max_len=S + W, sinks=S, window=W))"
-            )
+        check_sinks(None, sinks, owner="KVCache: ")
         return None, None
     window = check_int("window", window, minimum=1)
     sinks = 0 if sinks is None else check_int("sinks", sinks, minimum=0)

@@ -208,7 +208,7 @@ def test_static_cache_takes_a_matrix_over_its_slots():
 
 
 BAD = [
-    (dict(sinks=2), ValueError, "give window=W too"),
+    (dict(sinks=2), ValueError, "sinks=2 needs window=W too"),
     (dict(sinks=-1, window=3), ValueError, "sinks must be an int >= 0, got -1"),
     (dict(sinks=1.5, window=3), TypeError, "sinks must be an int"),
     (dict(scale=0.0), ValueError, "scale must be > 0"),
@@ -289,3 +289,22 @@ def test_multihead_attention_sinks():
     torch.testing.assert_close(y, layer.proj(want.transpose(1, 2).flatten(2)))
     with pytest.raises(ValueError, match="sinks=2 needs window=W"):
         posenc.MultiHeadAttention(32, 4, sinks=2)
+
+
+def test_sinks_without_window_one_message_everywhere():
+    """One checker (``_checks.check_sinks``): attend, MultiHeadAttention and KVCache say the same,
+    prefixed by who was called; ``sinks=0`` is no sinks and needs no window in any of them."""
+    q = torch.randn(1, 2, 4, 8)
+    said = []
+    for call in (lambda: posenc.attend(q, q, q, sinks=2),
+                 lambda: posenc.MultiHeadAttention(16, 2, sinks=2),
+                 lambda: posenc.KVCache(6, sinks=2)):
+        with pytest.raises(ValueError) as err:
+            call()
+        said.append(str(err.value))
+    assert said[0] == said[1].removeprefix("MultiHeadAttention: ")
+    assert said[0] == said[2].removeprefix("KVCache: ")
+    assert said[0].startswith("sinks=2 needs window=W too")
+    posenc.attend(q, q, q, sinks=0)
+    assert posenc.MultiHeadAttention(16, 2, sinks=0).sinks == 0
+    assert not posenc.KVCache(6, sinks=0).rolling
