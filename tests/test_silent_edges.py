@@ -71,6 +71,35 @@ def test_1_saved_alibi_reloads_to_the_same_logits_and_use_none_clears_it(tmp_pat
     logits(loaded, ids)
 
 
+def test_1_a_plain_reload_asks_for_posenc_attention(tmp_path):
+    """``use`` writes ``attn_implementation: "posenc"`` beside the record: a plain
+    ``from_pretrained(path)`` loads with posenc's attention where it is registered (and its
+    first forward names the ``use`` call), and refuses loudly where it is not (a fresh
+    process without posenc): the model's own RoPE never runs the ALiBi weights unasked."""
+    import json
+    import subprocess
+    import sys
+
+    model = _llama("alibi")
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["attn_implementation"] == "posenc"
+    loaded = LlamaForCausalLM.from_pretrained(tmp_path).eval()  # registered in this process
+    assert loaded.config._attn_implementation == "posenc"
+    with pytest.raises(ValueError, match=r"call posenc\.hf\.use\(model, 'alibi'\)"):
+        logits(loaded, torch.tensor([[5, 17, 33]]))
+    fresh = ("import transformers\n"
+             "try:\n"
+             f"    transformers.LlamaForCausalLM.from_pretrained({str(tmp_path)!r})\n"
+             "except ValueError as err:\n"
+             "    print('refused:', 'posenc' in str(err))\n")
+    out = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True,
+                         timeout=120)
+    assert "refused: True" in out.stdout, out.stdout + out.stderr
+    posenc.hf.use(model)  # back to the model's own RoPE: nothing recorded, any attention loads
+    assert not hasattr(model.config, "attn_implementation")
+    assert not hasattr(model.config, "posenc")
+
+
 @pytest.mark.parametrize("asked", [None, "t5", "rope"])
 def test_1_reloaded_model_switched_to_another_scheme_warns(tmp_path, asked):
     # a practitioner's probe: use(reloaded) with another scheme than the one its weights

@@ -127,10 +127,13 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     The scheme (a module: ``model.posenc_scheme``) moves with ``model.to(...)`` and is in its
     ``state_dict``. ``use`` records a swapped scheme in the config (``config.posenc``: scheme
     name, options, backend; JSON, so ``save_pretrained`` writes it); ``scheme=None`` removes it.
-    A model loaded with ``from_pretrained(path, attn_implementation="posenc")`` needs ``use``
-    again: its rotary embedding is the model's own after loading, and its first forward raises
-    a ValueError naming the recorded call (``posenc.hf.use(model, 'alibi')``) rather than run
-    RoPE on weights trained with another scheme (the T5 bias ``use`` builds starts fresh: load
+    With it ``use`` writes ``attn_implementation: "posenc"`` (``SAVED_ATTENTION``), so a plain
+    ``from_pretrained(path)`` refuses until :func:`register` has run (transformers does not know
+    "posenc") rather than run the weights with the model's own RoPE. A model loaded with
+    ``from_pretrained(path)`` after ``register()`` needs ``use`` again: its rotary embedding
+    is the model's own after loading, and its first forward raises a ValueError naming the
+    recorded call (``posenc.hf.use(model, 'alibi')``) rather than run RoPE on weights trained
+    with another scheme (the T5 bias ``use`` builds starts fresh: load
     the saved ``posenc_scheme`` weights after it with ``strict=False``). Positions, documents
     and visibility follow the rules of :mod:`posenc.hf.adapter`; transformers keeps the cache.
     Switching the model's attention away (``set_attn_implementation("sdpa")``) after a swap
@@ -169,8 +172,10 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     for config in _configs(model, layers):
         if record is None:
             config.__dict__.pop(SAVED, None)
+            config.__dict__.pop(SAVED_ATTENTION, None)
         else:
             setattr(config, SAVED, record)
+            setattr(config, SAVED_ATTENTION, name)  # a reload asks for this attention
     model.set_attn_implementation(name)
     return model
 
@@ -179,6 +184,14 @@ SAVED = "posenc"
 """The config attribute where :func:`use` records a swapped scheme (``config.posenc``), so that
 ``save_pretrained`` writes it to ``config.json`` and a reloaded model can say which scheme its
 weights were trained with."""
+
+SAVED_ATTENTION = "attn_implementation"
+"""Beside ``config.posenc``, :func:`use` writes ``attn_implementation: "posenc"`` into the config,
+which transformers reads back as the attention to load with: a reload in a process where posenc
+is not registered fails loudly (transformers: ``attn_implementation="posenc"`` is not supported)
+instead of running the weights under the model's own RoPE; after :func:`register` it loads with
+posenc's attention, whose first forward names the ``use`` call. Only an explicit
+``from_pretrained(path, attn_implementation="sdpa")`` runs without it."""
 
 
 def _record(scheme: object, options: dict[str, Any], backend: str) -> dict[str, Any] | None:
