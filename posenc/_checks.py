@@ -106,22 +106,36 @@ rotates exactly; ALiBi and T5 take position differences in int64."""
 def check_positions(name: str, value: object) -> Tensor:
     """Raise unless ``value`` is an integer tensor of positions in ``[0, 2**31)``, shape [L] or
     [B, L]. The range check needs a host sync, so it is skipped while compiling."""
+    return position_range(name, value)[0]
+
+
+def position_range(name: str, value: object) -> tuple[Tensor, int, int]:
+    """:func:`check_positions`, also returning the positions' minimum and maximum (read in
+    the check's one host sync): ``(value, 0, -1)`` when empty, ``(value, 0, 0)`` while
+    compiling (not read)."""
     if not isinstance(value, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer positions, got {type(value).__name__}")
     if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor, got dtype {value.dtype}")
     if value.dim() not in (1, 2):
         raise ValueError(f"{name} must have shape [L] or [B, L], got shape {tuple(value.shape)}")
-    if value.numel() and not is_compiling():
-        lo, hi = torch.aminmax(value)
-        if int(lo) < 0:
-            raise ValueError(f"{name} must be >= 0, got a minimum of {int(lo)}")
-        if int(hi) >= MAX_POSITION:
-            raise ValueError(
-                f"{name} must be < 2**31 = {MAX_POSITION} (int32's range; every position below "
-                f"it rotates exactly), got a maximum of {int(hi)}"
-            )
-    return value
+    if not value.numel():
+        return value, 0, -1
+    if is_compiling():
+        return value, 0, 0
+    if value.numel() == 1:  # a decode step's position: one read
+        lo = hi = int(value)
+    else:
+        a, b = torch.aminmax(value)
+        lo, hi = int(a), int(b)
+    if lo < 0:
+        raise ValueError(f"{name} must be >= 0, got a minimum of {lo}")
+    if hi >= MAX_POSITION:
+        raise ValueError(
+            f"{name} must be < 2**31 = {MAX_POSITION} (int32's range; every position below "
+            f"it rotates exactly), got a maximum of {hi}"
+        )
+    return value, lo, hi
 
 
 def check_rows(

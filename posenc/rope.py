@@ -35,6 +35,7 @@ from ._checks import (
     check_positions,
     check_tensor,
     is_compiling,
+    position_range,
 )
 from .rope_angles import cos_sin_unchecked
 from .rope_config import rotary_kwargs_from_hf_config
@@ -286,13 +287,13 @@ class RotaryEmbedding(RotaryTables):
         Updates the frequencies of ``dynamic`` / ``longrope`` for ``seq_len = max(positions) + 1``
         first; empty positions change nothing.
         """
-        check_positions("positions", positions)
+        positions, lo, hi = position_range("positions", positions)
         if positions.numel() == 0:
             return rope_cos_sin(
                 positions, self.inv_freq, interleaved=self.interleaved,
                 attention_factor=self.attention_factor,
             )
-        cos, sin, _ = self._lookup(positions, 0 if is_compiling() else int(positions.max()))
+        cos, sin, _ = self._lookup(positions, lo, hi)
         return cos, sin
 
     def _xpos(self, positions: Tensor, centre: int) -> Tensor:
@@ -405,7 +406,15 @@ class RotaryEmbedding(RotaryTables):
             )
         if positions is None and seq == 0:  # nothing to rotate; no frequency update
             return q.clone(), k.clone()
-        t = None if positions is not None or is_compiling() else self._covering(offset, end, q.device)
+        t, lo, hi, rows = None, offset, end - 1, positions is None  # rows: a slice of a table
+        if positions is not None:
+            positions, lo, hi = check_positions_for(positions, q, self.seq_dim, "positions")
+            if hi < 0:
+                return q.clone(), k.clone()
+            rows = seq == 1 and lo == hi  # one position for every row (a decode step)
+            offset, end = lo, lo + 1
+        if rows and not is_compiling():
+            t = self._covering(offset, end, q.device)
         if t is not None:  # table rows: no index kernel, no host sync
             a, b = offset - t.start, end - t.start
             fast = self._decode_fast(q, k, t, a, b)
@@ -415,10 +424,8 @@ class RotaryEmbedding(RotaryTables):
         else:
             if positions is None:  # compiling, or one call longer than TABLE_MAX past it
                 positions = torch.arange(offset, end, device=q.device)  # [L]
-            positions, hi = check_positions_for(positions, q, self.seq_dim, "positions")
-            if hi < 0:
-                return q.clone(), k.clone()
-            cos, sin, cis = self._lookup(positions, hi)  # [..., L, rd]
+                positions, lo, hi = check_positions_for(positions, q, self.seq_dim, "positions")
+            cos, sin, cis = self._lookup(positions, lo, hi)  # [..., L, rd]
         scale = None
         if self.xpos_scale_base is not None:
             where = positions if positions is not None else torch.arange(offset, end, device=q.device)
@@ -428,10 +435,10 @@ class RotaryEmbedding(RotaryTables):
 
     def _one(self, x: Tensor, positions: Tensor, centre: int, *, name: str) -> Tensor:
         """Rotate one of q / k by its own ``positions`` (xPos: keys divide by the scale)."""
-        positions, hi = check_positions_for(positions, x, self.seq_dim, name)
+        positions, lo, hi = check_positions_for(positions, x, self.seq_dim, name)
         if hi < 0:
             return x.clone()
-        cos, sin, cis = self._lookup(positions, hi)  # [..., L, rd]
+        cos, sin, cis = self._lookup(positions, lo, hi)  # [..., L, rd]
         scale = None if self.xpos_scale_base is None else self._xpos(positions, centre)
         return self._rotate(x, cos, sin, cis, scale, key=name == "key_positions")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ._checks import check_int, check_positions, check_tensor, is_compiling
+from ._checks import check_int, check_tensor, position_range
 
 LAYOUTS = {-2: "[B, H, L, head_dim]", -3: "[B, L, H, head_dim]"}
 """The two values ``seq_dim`` takes and the shapes of ``q``/``k`` they mean."""
@@ -70,12 +70,13 @@ def check_qk(q: object, k: object, head_dim: int, seq_dim: int, *, own_keys: boo
     return q, k
 
 
-def check_positions_for(positions: object, x: Tensor, seq_dim: int, name: str) -> tuple[Tensor, int]:
+def check_positions_for(
+    positions: object, x: Tensor, seq_dim: int, name: str
+) -> tuple[Tensor, int, int]:
     """``positions`` (``[L]`` or ``[B, L]``, integers in ``[0, 2**31)``) for ``x`` (q, or k for
-    ``key_positions``): returned on ``x``'s device with their maximum (0 while compiling, -1
-    when empty)."""
-    check_positions(name, positions)
-    assert isinstance(positions, Tensor)
+    ``key_positions``): returned on ``x``'s device with their minimum and maximum (0, 0 while
+    compiling; 0, -1 when empty)."""
+    positions, lo, hi = position_range(name, positions)
     of = "k" if name == "key_positions" else "q"
     seq = x.shape[seq_dim]
     if positions.shape[-1] != seq:
@@ -91,11 +92,7 @@ def check_positions_for(positions: object, x: Tensor, seq_dim: int, name: str) -
                 f"{name} of shape {tuple(positions.shape)} ([B, L]) need {of} of shape {want} "
                 f"with the same B (or B = 1), got {of} {tuple(x.shape)} ({layout_note(seq_dim)})"
             )
-    if positions.numel() == 0:
-        return positions.to(x.device), -1
-    if is_compiling():
-        return positions.to(x.device), 0  # no host sync: the tables are not used
-    return positions.to(x.device), int(positions.max())  # check_positions has checked >= 0
+    return positions.to(x.device), lo, hi
 
 
 def fit(t: Tensor, x: Tensor, seq_dim: int) -> Tensor:

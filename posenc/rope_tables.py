@@ -157,11 +157,10 @@ class RotaryTables(nn.Module):
             cis = torch.complex(cos[..., 0::2], sin[..., 0::2])
         return cos, sin, cis
 
-    def _lookup(self, positions: Tensor, hi: int) -> tuple[Tensor, Tensor, Tensor | None]:
-        """cos, sin, cis ``[..., L, rd]`` for ``positions`` whose maximum is ``hi``."""
+    def _lookup(self, positions: Tensor, lo: int, hi: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        """cos, sin, cis ``[..., L, rd]`` for ``positions`` from ``lo`` to ``hi``."""
         if is_compiling():
             return self._direct(positions)
-        lo = 0 if hi < TABLE_MAX else int(positions.min())  # past the table: where it starts
         t = self._covering(lo, hi + 1, positions.device)
         if t is None:
             return self._direct(positions)
