@@ -264,6 +264,8 @@ def _check_heads(scheme: PositionScheme, heads: int, H: int) -> None:
 def index_mask(scheme: PositionScheme, q: Tensor, k_len: int, causal: bool) -> Tensor | None:
     """The fast path's dense bias: the scheme's cached ``[1, H, Lq, Lk]`` float mask (causal
     ``-inf`` included) for queries at the end of the keys, or None."""
+    if type(scheme).attn_mask is PositionScheme.attn_mask and not scheme.has_bias:
+        return None  # no bias: the base class's attn_mask gives None
     mask = scheme.attn_mask(q.shape[-2], k_len, causal=causal, dtype=q.dtype, device=q.device)
     if mask is not None:
         _check_heads(scheme, mask.shape[1], q.shape[1])

@@ -441,13 +441,17 @@ def _fresh_rows(position_ids: Tensor | None, B: int, L: int, device: torch.devic
         ref, version, batch, kept = _fresh_memo
         if ref() is position_ids and version == position_ids._version and batch == B:
             return kept
-    pos = position_ids.to(device=device, dtype=torch.long).expand(B, L)  # [B, L]
-    starts = pos == pos.amin(-1, keepdim=True)  # [B, L]
-    starts = torch.cat([torch.ones_like(starts[:, :1]), starts[:, 1:]], dim=-1)
-    documents = starts.long().cumsum(-1) - 1  # [B, L]
-    if compiling:
-        return _Rows(positions=pos, documents=documents)
-    rows = _packed_rows(pos, documents)
+    pos = position_ids.to(device=device, dtype=torch.long)  # [1 | B, L]
+    if not compiling and bool((pos == torch.arange(L, device=device)).all()):
+        rows = _Rows()  # plain rows (a model's own position_ids): attend's defaults
+    else:
+        pos = pos.expand(B, L)  # [B, L]
+        starts = pos == pos.amin(-1, keepdim=True)  # [B, L]
+        starts = torch.cat([torch.ones_like(starts[:, :1]), starts[:, 1:]], dim=-1)
+        documents = starts.long().cumsum(-1) - 1  # [B, L]
+        if compiling:
+            return _Rows(positions=pos, documents=documents)
+        rows = _packed_rows(pos, documents)
     _fresh_memo = (weakref.ref(position_ids), position_ids._version, B, rows)
     return rows
 
