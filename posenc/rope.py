@@ -32,7 +32,6 @@ from ._checks import (
     check_dtype,
     check_float,
     check_int,
-    check_positions,
     check_tensor,
     is_compiling,
     position_range,
@@ -80,7 +79,7 @@ def rope_cos_sin(
     depend on ``n - m`` alone to float32 precision at any position below ``2**31``, where the
     float32 product drifts by up to ``position * 3e-8`` rad.
     """
-    check_positions("positions", positions)
+    positions, lo, hi = position_range("positions", positions)  # 0, 0 while compiling
     check_tensor("inv_freq", inv_freq, floating=True)
     if inv_freq.dim() != 1 or inv_freq.numel() == 0:
         raise ValueError(f"inv_freq must be 1-D and non-empty, got shape {tuple(inv_freq.shape)}")
@@ -89,12 +88,10 @@ def rope_cos_sin(
     _check_bool("interleaved", interleaved)
     attention_factor = check_float("attention_factor", attention_factor, positive=True)
     dtype = check_dtype("dtype", dtype)
-    lo = hi = None
-    if positions.numel() and not is_compiling():
-        lo, hi = (int(v) for v in torch.aminmax(positions))
+    known = positions.numel() and not is_compiling()  # the range read by the check
     cos, sin = cos_sin_unchecked(
         positions, inv_freq, interleaved=interleaved, attention_factor=attention_factor,
-        max_position=hi, min_position=lo,
+        max_position=hi if known else None, min_position=lo if known else None,
     )  # [..., seq, rd] float32
     return (cos, sin) if dtype is None else (cos.to(dtype), sin.to(dtype))
 
