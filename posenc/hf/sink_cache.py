@@ -3,7 +3,7 @@ rolling :class:`~posenc.cache.KVCache` (StreamingLLM's sinks plus a window; Xiao
 
 transformers 5 dropped its own ``SinkCache``. This one keeps, per layer, the first ``sinks``
 keys and the last ``window`` in a fixed ``[B, H_kv, sinks + window + 1, D]`` buffer written in
-place, so ``model.generate(..., past_key_values=SinkCache(sinks=4, window=1020))`` runs for any
+place, so ``model.generate(..., cache=SinkCache(sinks=4, window=1020))`` runs for any
 number of tokens in fixed memory. It works with posenc's attention only (a model switched by
 :func:`~posenc.hf.use`): a layer's ``update`` hands posenc's attention the new keys and the
 layer's rolling cache, and :func:`~posenc.attention.attend` writes and reads it with the cache's
@@ -61,10 +61,11 @@ def _cache_base() -> tuple[type, type]:
     return Cache, CacheLayerMixin
 
 
-def _hand_out(kv: KVCache, attn_kwargs: Any) -> dict[str, Any]:
+def _hand_out(kv: KVCache, attn_kwargs: Any, seen: Tensor, rows: int) -> dict[str, Any]:
     """The attention's kwargs ``kv`` goes out through; marks ``kv`` handed out and, in eager
     mode, refuses when the last hand-off was never read (posenc's attention clears the mark:
-    another attention ignored the cache)."""
+    another attention ignored the cache) or the ``rows`` new tokens cannot continue the
+    ``seen`` it holds (:func:`_check_continues`)."""
     if not isinstance(attn_kwargs, dict):
         raise ValueError(
             "posenc.hf.SinkCache is written by posenc's attention, but this model's attention "
@@ -73,6 +74,7 @@ def _hand_out(kv: KVCache, attn_kwargs: Any) -> dict[str, Any]:
         )
     if is_compiling():
         return attn_kwargs
+    _check_continues(kv, seen, rows, attn_kwargs.get("position_ids"))
     if kv.__dict__.get(UNREAD):
         raise ValueError(
             "posenc.hf.SinkCache was handed to an attention that is not posenc's (the keys of "
@@ -108,7 +110,8 @@ def _layer_class() -> type:
             """Hand posenc's attention this layer's rolling cache (through the attention's
             kwargs, which transformers passes here as ``kwargs=``); the new keys and values go
             back unchanged, and :func:`~posenc.attention.attend` writes them."""
-            attn_kwargs = _hand_out(self.kv, kwargs.get("kwargs"))
+            attn_kwargs = _hand_out(self.kv, kwargs.get("kwargs"), self.seen,
+                                    key_states.shape[0])
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             attn_kwargs[ROLLING_KWARG], attn_kwargs[LAYOUT_KWARG] = self.kv, self.layout
@@ -118,6 +121,8 @@ def _layer_class() -> type:
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
             """``(kv_length, kv_offset)``: the new tokens only (the cache knows the rest)."""
             seen = self.get_seq_length()  # tokens since reset; compiled: 0-dim, no recompile
+            if query_length == 0 and not is_compiling() and int(seen):
+                raise ValueError(_reuse_message(int(seen), _NO_NEW_TOKENS))
             return query_length, seen if is_compiling() else int(seen)
 
         def get_seq_length(self) -> Any:
@@ -131,20 +136,88 @@ def _layer_class() -> type:
             self.kv.__dict__.pop(UNREAD, None)
             self.seen.zero_()
 
+        def crop(self, tokens_to_remove: int) -> None:  # only crop(0): see _crop_refusal
+            if tokens_to_remove != 0:
+                raise _crop_refusal(tokens_to_remove, self.kv.sinks, self.kv.window)
+
         def reorder_cache(self, beam_idx: Tensor) -> None:
             if self.seen:
                 self.kv.select(beam_idx)
 
-        def batch_select_indices(self, indices: Tensor) -> None:
-            self.reorder_cache(indices)
+        batch_select_indices = reorder_cache
 
     return SinkLayer
+
+
+_NO_NEW_TOKENS = ("an earlier call, and generate passed no new tokens (it takes a prompt "
+                  "given with a filled cache as that call's continuation)")
+
+
+def _check_continues(kv: KVCache, seen: Tensor, rows: int, positions: object) -> None:
+    """A filled layer given new tokens that cannot continue it (eager mode): a batch of
+    another size, or ``positions`` (the model's ``position_ids``) all below what a row reached
+    (``generate`` given a prompt no longer than the tokens held reads its tail as new)."""
+    if is_compiling() or kv.k is None or not bool(seen):
+        return
+    if kv.k.shape[0] != rows:
+        raise ValueError(_reuse_message(
+            int(seen), f"a batch of {kv.k.shape[0]} rows, and this batch has {rows}"))
+    reached = kv.reached()
+    if isinstance(positions, Tensor) and positions.numel() and reached is not None:
+        top = positions.amax(-1).to(reached.device)  # [B | 1]
+        if bool((top < reached).any()):
+            raise ValueError(_reuse_message(
+                int(seen), f"rows that reached positions {reached.tolist()}, and the new "
+                f"tokens' positions stop at {top.tolist()} (a new batch, not a continuation)"))
+
+
+def _reuse_message(held: int, since: str) -> str:
+    """The refusal of a filled SinkCache given a batch that cannot continue it."""
+    return (
+        f"posenc.hf.SinkCache holds {held} tokens from {since}: a cache that already holds "
+        "keys continues them; cache.reset() empties it to start a new batch"
+    )
+
+
+def _crop_refusal(tokens_to_remove: object, sinks: int | None, window: int | None) -> ValueError:
+    """transformers' rollback (assisted decoding's ``crop(-n)``) on a rolling layer: only
+    ``crop(0)`` (nothing to remove) is possible; the keys a rollback needs are overwritten."""
+    return ValueError(
+        f"posenc.hf.SinkCache cannot crop({tokens_to_remove!r}): a rolling cache (sinks={sinks}, "
+        f"window={window}) overwrites its oldest window keys in place, so the keys a rollback "
+        "would need again are gone (only crop(0) is a no-op). Assisted or speculative "
+        "decoding needs a cache that keeps every key (transformers' DynamicCache); "
+        "cache.reset() empties this one to start anew"
+    )
+
+
+@functools.cache
+def _cache_class() -> type:
+    cache_cls, _ = _cache_base()
+
+    class SinkCacheLayers(cache_cls):  # type: ignore[misc, valid-type]
+        """transformers' ``Cache`` over ``SinkLayer`` s that names a layer index beyond
+        ``num_layers`` (transformers' own: an IndexError)."""
+
+        def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any,
+                   **kwargs: Any) -> tuple[Tensor, Tensor]:
+            if self.layer_class_to_replicate is None and layer_idx >= len(self.layers):
+                n = len(self.layers)
+                raise ValueError(
+                    f"posenc.hf.SinkCache(num_layers={n}) holds layers 0 .. {n - 1}, but the "
+                    f"model wrote layer_idx={layer_idx}: num_layers must be at least the "
+                    f"model's number of layers ({layer_idx + 1} or more); pass "
+                    "config=model.config instead and SinkCache reads it"
+                )
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    return SinkCacheLayers
 
 
 def SinkCache(sinks: int = 4, window: int = 1020, *, num_layers: int | None = None,
               config: Any = None, positions: str = "true") -> Any:
     """A transformers ``Cache`` that keeps the first ``sinks`` keys and the last ``window`` of
-    every layer (StreamingLLM), for ``model.generate(..., past_key_values=cache)`` on a model
+    every layer (StreamingLLM), for ``model.generate(..., cache=cache)`` on a model
     switched by :func:`~posenc.hf.use`; fixed memory for any number of generated tokens.
 
     The attention rule is the cache's: query ``m`` sees keys ``n`` with ``m - window < n <= m``
@@ -176,8 +249,12 @@ def SinkCache(sinks: int = 4, window: int = 1020, *, num_layers: int | None = No
     ``num_layers`` (or ``config``, whose ``num_hidden_layers`` it reads): how many layers to
     build up front; without either the layers are added as the model first writes them. A
     left-padded row keeps pads as its sinks (a warning says so): pad on the right or prefill
-    such rows alone. ``crop`` (assisted decoding) is not supported; ``reset()`` empties it for
-    the next batch. The layers hold posenc ``KVCache`` objects (``cache.layers[i].kv``).
+    such rows alone. ``crop`` (assisted decoding's rollback) is refused beyond ``crop(0)``: the
+    keys a rollback needs are overwritten. ``reset()`` empties it for the next batch: a filled
+    cache given a batch of another size, or new tokens whose positions do not continue the
+    ones it holds (``generate`` reads a prompt given with a filled cache as the continuation
+    of what it holds), is refused with that fix. The layers hold posenc ``KVCache`` objects
+    (``cache.layers[i].kv``).
     ``get_seq_length()`` is a 0-dim tensor once written (as ``StaticCache``'s), so
     ``torch.compile(model.forward, fullgraph=True, dynamic=False)`` decodes any number of
     steps in 2 graphs (prefill, step) in both layouts, calls without a growing
@@ -188,7 +265,8 @@ def SinkCache(sinks: int = 4, window: int = 1020, *, num_layers: int | None = No
         ValueError: ``sinks < 0``, ``window < 1``, ``num_layers < 1``, ``positions`` not
             ``"true"`` or ``"in_cache"``; and, at the first forward, the model's attention is
             not posenc's, or ``positions="in_cache"`` on a model without a relative posenc
-            scheme.
+            scheme; a model with more layers than ``num_layers``; a filled cache reused
+            without ``reset()`` for a batch it cannot continue; ``crop(n)`` with ``n != 0``.
         ImportError: transformers is missing.
     """
     sinks = check_int("sinks", sinks, minimum=0)
@@ -203,8 +281,7 @@ def SinkCache(sinks: int = 4, window: int = 1020, *, num_layers: int | None = No
         text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) \
             else config
         num_layers = getattr(text, "num_hidden_layers", None)
-    cache_cls, _ = _cache_base()
-    layer = _layer_class()
+    cache_cls, layer = _cache_class(), _layer_class()
     if num_layers is None:
         return cache_cls(layer_class_to_replicate=lambda: layer(sinks, window, positions))
     num_layers = check_int("num_layers", num_layers, minimum=1)
@@ -242,7 +319,7 @@ def attend_in_cache(
     assert S is not None and W is not None and N is not None
     L = q.shape[-2]
     new_valid = None if key_valid is None else key_valid[:, -L:]  # [B, L]
-    view = cache._update(k, v, positions, None, new_valid, positions is None)
+    view = cache.append(k, v, positions, None, new_valid, positions is None)
     keys, values, key_pos = view.k, view.v, view.positions  # [B, H_kv, T, D], [B, T]
     B = q.shape[0]
     valid = view.valid if view.valid is not None else torch.ones_like(key_pos, dtype=torch.bool)
