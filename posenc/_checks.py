@@ -154,17 +154,28 @@ def check_rows(
     rows_ok = value.dim() == 1 or (value.dim() == 2 and (value.shape[0] == 1 or value.shape[0] == B))
     if not rows_ok or value.shape[-1] != L:
         hint = _document_ids_hint(value) if labels else ""
-        if (like is not None and like.dim() == 4 and value.dim() == 2
-                and value.shape[-1] == like.shape[1] != L):  # [B, L] rows for [B, L, H, D]
-            hint = (
-                f"q of shape {tuple(like.shape)} looks like [B, L, H, head_dim] (its dim 1 has "
-                f"the {name}' {like.shape[1]} entries); attend reads [B, H, L, head_dim]: pass "
-                "q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2) and transpose the "
-                "output back"
-            )
+        if value.dim() <= 2:  # [L] or [B, L] rows for [B, L, H, D]
+            hint = layout_hint(like, 1, value.shape[-1],
+                               f"the {name}' {value.shape[-1]} entries", L) or hint
         raise ValueError(f"{name} must have shape [{L}] or [{B}, {L}], got {tuple(value.shape)}"
                          + (f". {hint}" if hint else ""))
     return value
+
+
+def layout_hint(like: Tensor | None, dim: int, n: int, what: str, read: int) -> str:
+    """For ``q`` (``like``) given as ``[B, L, H, head_dim]`` where ``[B, H, L, head_dim]`` is
+    read: when its ``dim`` (1: L, 2: H) holds ``n`` (``what``), ``read`` (the size taken
+    from the other one) differs, and dim 1 is the longer (more tokens than heads: read as
+    ``[B, H, L, D]``, more heads than tokens, which only a wrong layout makes common), the
+    transpose that fixes it; else ``""``."""
+    if (like is None or like.dim() != 4 or like.shape[dim] != n or n == read
+            or like.shape[1] <= like.shape[2]):
+        return ""
+    return (
+        f"q of shape {tuple(like.shape)} looks like [B, L, H, head_dim] (its dim {dim} has "
+        f"{what}); attend reads [B, H, L, head_dim]: pass q.transpose(1, 2), k.transpose(1, "
+        "2), v.transpose(1, 2) and transpose the output back"
+    )
 
 
 MAX_BIAS_ELEMENTS = 1 << 31

@@ -22,6 +22,7 @@ from ._checks import (
     check_tensor,
     check_window,
     is_compiling,
+    layout_hint,
     warn_caller,
 )
 from .backends import BACKENDS
@@ -63,9 +64,10 @@ def check_call(
     check_sinks(window, sinks)
     heads = scheme.num_heads
     if heads is not None and heads != q.shape[1]:
+        hint = layout_hint(q, 2, heads, f"the scheme's {heads} heads", q.shape[1])
         raise ValueError(
             f"scheme {scheme.name!r} has a bias for {heads} heads but q has {q.shape[1]} "
-            "heads; they must be equal"
+            "heads; they must be equal" + (f". {hint}" if hint else "")
         )
     return Call(scheme, causal, window, sinks, backend, dropout_p, rolling)  # type: ignore[arg-type]
 
@@ -101,11 +103,11 @@ class Seen:
 
 
 def check_seen(
-    attention_mask: object, cache: KVCache | None, B: int, Lq: int, Lk_new: int,
-    device: torch.device,
+    attention_mask: object, cache: KVCache | None, B: int, Lq: int, Lk_new: int, q: Tensor,
 ) -> Seen:
     """``attention_mask`` as a :class:`Seen`: a ``[B, T]`` padding mask or a bool
-    ``[B, Lq, Lk]`` / ``[B, 1, Lq, Lk]`` who-sees-whom matrix, checked against the cache."""
+    ``[B, Lq, Lk]`` / ``[B, 1, Lq, Lk]`` who-sees-whom matrix, checked against the cache
+    (a mask that fits ``q`` read as ``[B, L, H, D]`` says so: the transpose)."""
     if attention_mask is None:
         return _NO_MASK
     if not isinstance(attention_mask, Tensor):
@@ -118,9 +120,16 @@ def check_seen(
             "attention_mask must have shape [B, T] (1 = real token), or be a bool [B, Lq, Lk] or "
             f"[B, 1, Lq, Lk] who-sees-whom matrix, got {tuple(attention_mask.shape)}"
         )
-    if attention_mask.dim() in (3, 4):
-        return Seen(pairs=pair_mask(attention_mask, cache, B, Lq, Lk_new))
-    return Seen(padding=key_valid_of(attention_mask, cache, B, Lq, Lk_new, device))
+    try:
+        if attention_mask.dim() in (3, 4):
+            return Seen(pairs=pair_mask(attention_mask, cache, B, Lq, Lk_new))
+        return Seen(padding=key_valid_of(attention_mask, cache, B, Lq, Lk_new, q.device))
+    except ValueError as err:
+        n = attention_mask.shape[-1] if attention_mask.dim() else 0
+        hint = layout_hint(q, 1, n, f"the attention_mask's {n} columns", Lk_new)
+        if not hint or cache is not None:
+            raise
+        raise ValueError(f"{err}. {hint}") from None
 
 
 _NO_MASK = Seen()

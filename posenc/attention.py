@@ -172,7 +172,7 @@ def attend(
     softmax = check_softmax(q, scale, softcap, sink_logits, call.dropout_p)
     # 2. positions: given, restarting per document, or following the cache
     where = _positions(q, k, positions, key_positions, document_ids, cache)
-    seen = check_seen(attention_mask, cache, B, Lq, k.shape[-2], q.device)
+    seen = check_seen(attention_mask, cache, B, Lq, k.shape[-2], q)
     # 3. rotate: the scheme's hook (RoPE turns q and k by their positions)
     q, k = call.scheme.rotate(q, k, *where.rotate_args())
     # 4. cache: the new keys join the cached ones; what the queries see
@@ -311,7 +311,7 @@ def _positions(
         k_pos = check_rows("key_positions", key_positions, B, k.shape[-2], labels=False)
         k_pos = k_pos.to(q.device, torch.long)  # int64: differences of uint8 would wrap
     if document_ids is not None:
-        doc = check_rows("document_ids", document_ids, B, Lq, labels=True).to(q.device).expand(B, Lq)
+        doc = check_rows("document_ids", document_ids, B, Lq, labels=True, like=q).to(q.device).expand(B, Lq)
     if positions is not None:
         positions = check_rows("positions", positions, B, Lq, labels=False, like=q)
         if cache is not None and Lq > 1 and not is_compiling():  # a prefill-like call only
