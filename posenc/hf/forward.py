@@ -27,6 +27,7 @@ from .._checks import is_compiling
 from ..attention import attend
 from ..positions import cu_seqlens, packed_positions
 from ..schemes import PositionScheme
+from .saved import unswapped_error
 from .sink_cache import LAYOUT_KWARG, ROLLING_KWARG, UNREAD, attend_in_cache
 
 
@@ -201,24 +202,11 @@ def _attend_rolling(
 def _unswapped(module: nn.Module) -> _Options:
     """A layer :func:`~posenc.hf.use` did not set up: the model's own RoPE, unless its config
     records a swapped scheme (``config.posenc``, written by ``use`` and kept by
-    ``save_pretrained``), which a reloaded model's rotary embedding no longer applies."""
+    ``save_pretrained``), which a reloaded model's rotary embedding no longer applies (or
+    which ``use`` wrote through a config this model shares with another)."""
     saved = getattr(getattr(module, "config", None), "posenc", None)
     if isinstance(saved, dict) and saved.get("scheme") is not None:
-        name, options = saved["scheme"], saved.get("options") or {}
-        if saved.get("instance"):
-            call = f"posenc.hf.use(model, <the {name!r} PositionScheme you built>)"
-        else:
-            args = "".join(f", {k}={v!r}" for k, v in options.items())
-            backend = saved.get("backend", "sdpa")
-            args += "" if backend == "sdpa" else f", backend={backend!r}"
-            call = f"posenc.hf.use(model, {name!r}{args})"
-        raise ValueError(
-            f"this model's config says its weights run with posenc's {name!r} scheme "
-            f"(config.posenc = {saved!r}, written by posenc.hf.use before save_pretrained), but "
-            f"after loading its rotary embedding is the model's own RoPE again: call {call} "
-            "once after from_pretrained (posenc.hf.use(model) instead keeps the model's RoPE "
-            "and clears config.posenc)"
-        )
+        raise unswapped_error(saved)
     return _DEFAULT
 
 

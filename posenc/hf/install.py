@@ -20,6 +20,8 @@ from ..attention import BACKENDS
 from ..rope_config import rotary_kwargs_from_hf_config
 from ..schemes import SCHEMES, PositionScheme, RoPE, _a_class, make_scheme
 from .forward import _OPTIONS, _Options, attention_forward, positions_mask
+from .saved import SAVED as SAVED
+from .saved import Recorded, restore_saved_weights
 
 SWAPS = ("alibi", "t5", "nope", "rope")
 """The scheme names :func:`~posenc.hf.use` accepts besides ``None`` (keep the model's own RoPE)."""
@@ -133,8 +135,12 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     ``from_pretrained(path)`` after ``register()`` needs ``use`` again: its rotary embedding
     is the model's own after loading, and its first forward raises a ValueError naming the
     recorded call (``posenc.hf.use(model, 'alibi')``) rather than run RoPE on weights trained
-    with another scheme (the T5 bias ``use`` builds starts fresh: load
-    the saved ``posenc_scheme`` weights after it with ``strict=False``). Positions, documents
+    with another scheme. ``use`` on such a model, with the scheme it records, also loads a
+    learned scheme's saved weights (T5's bias: ``from_pretrained`` drops them,
+    ``model.posenc_scheme`` being added after loading) from the checkpoint the config was loaded
+    from (``config.name_or_path``: a local directory or a cached Hub snapshot, safetensors);
+    where it cannot read them it warns with the call that loads them, since a fresh bias gives
+    other logits. Positions, documents
     and visibility follow the rules of :mod:`posenc.hf.adapter`; transformers keeps the cache.
     Switching the model's attention away (``set_attn_implementation("sdpa")``) after a swap
     raises at the next forward rather than run without positions.
@@ -160,7 +166,7 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     name = register(options.pop("name", "posenc"))
     layers = _attention_layers(model)
     record = _record(scheme, dict(options), backend)
-    _warn_if_recorded_differs(model, layers, record)
+    reloaded = _check_recorded(model, layers, record)
     built = _build_schemes(model, layers, scheme, options)  # {layer_idx: scheme} or None
     _set_rotaries(model, swapped=built is not None)
     if built is None:
@@ -177,13 +183,10 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
             setattr(config, SAVED, record)
             setattr(config, SAVED_ATTENTION, name)  # a reload asks for this attention
     model.set_attn_implementation(name)
+    if reloaded is not None:
+        restore_saved_weights(model, reloaded)
     return model
 
-
-SAVED = "posenc"
-"""The config attribute where :func:`use` records a swapped scheme (``config.posenc``), so that
-``save_pretrained`` writes it to ``config.json`` and a reloaded model can say which scheme its
-weights were trained with."""
 
 SAVED_ATTENTION = "attn_implementation"
 """Beside ``config.posenc``, :func:`use` writes ``attn_implementation: "posenc"`` into the config,
@@ -200,28 +203,38 @@ def _record(scheme: object, options: dict[str, Any], backend: str) -> dict[str, 
     if scheme is None:
         return None
     if isinstance(scheme, PositionScheme):  # a ready object: its name, not its arguments
-        return {"scheme": scheme.name, "options": {}, "backend": backend, "instance": True}
-    return {"scheme": scheme, "options": options, "backend": backend}
+        return Recorded(scheme=scheme.name, options={}, backend=backend, instance=True)
+    return Recorded(scheme=scheme, options=options, backend=backend)
 
 
-def _warn_if_recorded_differs(
+def _check_recorded(
     model: Any, layers: list[tuple[int, nn.Module]], record: dict[str, Any] | None
-) -> None:
-    """A model loaded with a ``config.posenc`` record (its weights were trained under that
-    scheme) and never ``use``-d in this process: asking for another scheme is allowed, but said."""
+) -> dict[str, Any] | None:
+    """A model whose config records a scheme (``config.posenc``) and whose layers ``use`` has
+    not set up: loaded from a checkpoint trained under that scheme (returned when ``record``
+    asks for it: its learned weights are to be restored), or sharing a config ``use``
+    switched on another model. Asking for another scheme is allowed, but said."""
     saved = getattr(model.config, SAVED, None)
     if not isinstance(saved, dict) or any(_OPTIONS in layer.__dict__ for _, layer in layers):
-        return
-    if record is not None and record.get("scheme") == saved.get("scheme"):
-        return
+        return None
+    shared = isinstance(saved, Recorded)
+    same = record is not None and record.get("scheme") == saved.get("scheme")
+    if same and (record or {}).get("options") == (saved.get("options") or {}):
+        return None if shared else saved
     options = "".join(f", {k}={v!r}" for k, v in (saved.get("options") or {}).items())
-    asked = "the model's own RoPE" if record is None else f"scheme {record['scheme']!r}"
+    asked = "the model's own RoPE" if record is None else (
+        f"scheme {record['scheme']!r}" + ("" if not same else f" with options "
+                                           f"{record.get('options')!r}"))
+    how = ("set by posenc.hf.use on another model that shares this config object: this "
+           "call switches that model's config too; give each model its own config, e.g. "
+           "copy.deepcopy(config)" if shared else
+           "written by posenc.hf.use before save_pretrained: its weights were trained with it")
     warn_caller(
-        f"this model's config records posenc scheme {saved.get('scheme')!r} (written by "
-        f"posenc.hf.use before save_pretrained: its weights were trained with it), but use() "
-        f"was asked for {asked}; to run it as trained call "
+        f"this model's config records posenc scheme {saved.get('scheme')!r} ({how}), but "
+        f"use() was asked for {asked}; to run it with that scheme call "
         f"posenc.hf.use(model, {saved.get('scheme')!r}{options})"
     )
+    return None
 
 
 def _configs(model: Any, layers: list[tuple[int, nn.Module]]) -> list[Any]:
