@@ -184,10 +184,10 @@ def _crop_refusal(tokens_to_remove: object, sinks: int | None, window: int | Non
     ``crop(0)`` (nothing to remove) is possible; the keys a rollback needs are overwritten."""
     return ValueError(
         f"posenc.hf.SinkCache cannot crop({tokens_to_remove!r}): a rolling cache (sinks={sinks}, "
-        f"window={window}) overwrites its oldest window keys in place, so the keys a rollback "
-        "would need again are gone (only crop(0) is a no-op). Assisted or speculative "
-        "decoding needs a cache that keeps every key (transformers' DynamicCache); "
-        "cache.reset() empties this one to start anew"
+        f"window={window}) overwrites its oldest window keys in place once full, so the keys "
+        "a rollback would need again can be gone (only crop(0) is a no-op). Assisted or "
+        "speculative decoding needs a cache that keeps every key (transformers' "
+        "DynamicCache); cache.reset() empties this one to start anew"
     )
 
 
