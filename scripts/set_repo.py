@@ -92,13 +92,14 @@ def package_version(root: Path = ROOT) -> str:
         return str(tomllib.load(f)["project"]["version"])
 
 
-EXTRAS = "lab,plot"  # what the chapters import: posenc.lab (tqdm, filelock, ...) and matplotlib
+EXTRAS = "lab,plot,hf"  # what the pages import: posenc.lab (tqdm, filelock, ...), matplotlib,
+# and transformers >= 5.24 (chapter 10 and the recipes run it; Colab's own may be older)
 
 
 def bootstrap_source(url: str, version: str) -> str:
     """The one Colab bootstrap cell, identical in every notebook.
 
-    In Colab it installs ``posenc[lab,plot]`` from the release tag ``v<version>``; when that
+    In Colab it installs ``posenc[lab,plot,hf]`` from the release tag ``v<version>``; when that
     install fails (the tag does not exist yet, or the release is missing) it prints one line and
     installs the default branch instead. Anywhere else (nbval, the site build) it does nothing.
     The pinned attempt's own output is kept back, so a reader sees either nothing or that one line

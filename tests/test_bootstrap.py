@@ -117,7 +117,7 @@ def test_bootstrap_lines_fit_a_notebook():
     set_repo = load_script("set_repo")
     source = set_repo.bootstrap_source(set_repo.config_url(ROOT), set_repo.package_version(ROOT))
     assert max(len(line) for line in source.splitlines()) <= 88
-    assert f"posenc[{set_repo.EXTRAS}]" in source and set_repo.EXTRAS == "lab,plot"
+    assert f"posenc[{set_repo.EXTRAS}]" in source and set_repo.EXTRAS == "lab,plot,hf"
 
 
 # --- the Chinese edition's CJK font ---------------------------------------------------------

@@ -98,6 +98,7 @@ def test_dependencies_and_extras():
     extras = project["optional-dependencies"]
     assert _requirement_names(extras["lab"]) == {"tqdm", "filelock", "platformdirs"}
     assert _requirement_names(extras["plot"]) == {"matplotlib", "plotly"}
+    assert _requirement_names(extras["hf"]) == {"transformers"}  # the Colab bootstrap's third
     assert "posenc[lab,plot]" in extras["test"] and "posenc[lab,plot]" in extras["book"]
     tools = {"pytest", "pytest-xdist", "hypothesis", "nbval", "ipykernel"}
     assert tools <= _requirement_names(extras["test"])
@@ -194,7 +195,7 @@ def test_wheel_holds_licence_and_py_typed(tmp_path: Path):
     assert any(r.startswith("tqdm") and 'extra == "lab"' in r for r in requires), requires
     assert any(r.startswith("matplotlib") and 'extra == "plot"' in r for r in requires), requires
     assert any(r.startswith("pytest-xdist") and 'extra == "test"' in r for r in requires), requires
-    assert set(meta.get_all("Provides-Extra")) == {"lab", "plot", "test", "lint", "book", "release", "dev"}
+    assert set(meta.get_all("Provides-Extra")) == {"lab", "plot", "hf", "test", "lint", "book", "release", "dev"}
 
 
 @pytest.mark.packaging
