@@ -116,10 +116,10 @@ def attend(
     then matches dim 1, not dim 2: an error naming the transpose) or transpose first.
 
     With none of the options above (and default positions for a bias scheme) this is the fast
-    path: SDPA's ``is_causal`` or one cached ``[1, H, Lq, Lk]`` bias.
-    Otherwise ``sdpa`` and ``math`` get one boolean or float mask ``[B, H, Lq, Lk]`` built from
-    the rule, and ``flex`` a ``BlockMask`` plus a ``score_mod`` (never an ``[Lq, Lk]`` tensor):
-    use ``flex`` for long packed or windowed sequences on a GPU.
+    path: SDPA's ``is_causal`` or one cached ``[1, H, Lq, Lk]`` bias. ``document_ids`` alone
+    (eager ``sdpa``, nothing cached, default positions) run each document alone, ``sum n_i**2``
+    (:mod:`posenc.varlen`). Otherwise ``sdpa`` and ``math`` get one mask ``[B, H, Lq, Lk]``
+    from the rule, ``flex`` a ``BlockMask`` and a ``score_mod`` (no ``[Lq, Lk]`` tensor).
 
     Where models really run:
 

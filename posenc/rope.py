@@ -193,8 +193,9 @@ class RotaryEmbedding(RotaryTables):
     reduced mod ``2 pi`` before rounding from position 512 on, see
     ``posenc.rope_angles.rope_angles``; below it they are transformers' float32 products,
     bit for bit). ``exact_angles=False`` takes the float32 product at every position instead,
-    as transformers, Meta's LLaMA code and torchtune do: their numbers bit for bit, and their
-    drift (up to ``position * 3e-8`` rad: a relative score error of 1e-2 at position ``10**6``);
+    as transformers, Meta's LLaMA code and torchtune do: their cos/sin bit for bit (rotated q, k
+    within 1 ulp, the same products added in another order), and their drift (up to
+    ``position * 3e-8`` rad: a relative score error of 1e-2 at position ``10**6``);
     ``from_hf_config`` chooses it by default. q and k may differ in their head count
     (grouped-query attention), nothing else. ``cos``/``sin``, times the attention factor (YaRN's
     sqrt(1/t)), are cached in float32 (and, for the interleaved layout, as one complex table):
@@ -463,8 +464,8 @@ class RotaryEmbedding(RotaryTables):
         ``posenc.hf.rotary_kwargs_from_hf_config`` documents.
 
         ``exact_angles=False`` (the default here): the angles are transformers' float32
-        products at every position, so the module stands in for the model's own rotary
-        embedding bit for bit, long positions included (where transformers' angles drift by up
+        products at every position, so the module gives the model's own cos/sin tables bit for
+        bit (rotated q, k within 1 ulp), long positions included (where transformers' angles drift by up
         to ``position * 3e-8`` rad). ``exact_angles=True``: angles reduced mod ``2 pi``, scores
         that depend on the offset alone (see the class doc)."""
         kwargs = rotary_kwargs_from_hf_config(config, layer_type=layer_type, interleaved=interleaved)

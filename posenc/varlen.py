@@ -4,7 +4,8 @@ FlashAttention-2 (Dao, 2023) runs a batch of sequences of different lengths with
 ``q [total, H, D]`` and ``k, v [total, H_kv, D]`` hold ``N`` sequences one after another, and
 ``cu_seqlens [N + 1]`` (``[0, n_1, n_1 + n_2, ..., total]``) says where each begins. Every
 sequence attends only to itself, so the work is ``sum n_i**2``, where one dense mask over the
-packed row (``posenc.attend(..., document_ids=...)``) costs ``total**2``.
+packed row costs ``total**2`` (``posenc.attend(..., document_ids=...)`` takes this path itself
+when nothing else needs the mask: eager ``sdpa``, no cache, restarting positions).
 :func:`attend_varlen` takes that layout with any position scheme.
 
 Positions restart at 0 in each sequence. Pass the queries and keys *unrotated*: the scheme's

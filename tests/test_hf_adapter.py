@@ -508,3 +508,24 @@ def test_transformers_numbers_new_tokens_from_the_keys_held() -> None:
         at_12 = step(position_ids=torch.tensor([[12]]))
     torch.testing.assert_close(default, at_8)  # numbered from the keys held
     assert (default - at_12).abs().max() > 1e-3  # not from the tokens seen
+
+
+def test_own_rope_turns_by_the_forward_position_ids_not_the_mask():
+    """README: with ``use(model)`` the model's own rotary turns q and k before attention, by the
+    forward's ``position_ids``. A direct call on a left-padded row counts ``arange``: plain RoPE's
+    scores do not notice the shift, a position-dependent rotary (dynamic NTK: it rescales once
+    the batch reaches past ``max_position_embeddings``) does; ``cumsum(mask) - 1`` mends it."""
+    prompt = torch.tensor([[5, 17, 33, 8, 71, 9]])
+    ids = torch.cat([torch.full((1, 6), PAD), prompt], dim=1)  # [1, 12]: 6 pads, then the prompt
+    mask = (ids != PAD).long()
+    counted = (mask.cumsum(-1) - 1).clamp(min=0)
+    for rope, noticed in (({"rope_type": "default"}, False),
+                          ({"rope_type": "dynamic", "factor": 2.0}, True)):
+        config = llama_config(max_position_embeddings=8, initializer_range=0.2,
+                              rope_parameters={**rope, "rope_theta": 10000.0})
+        _, ours = pair(LlamaForCausalLM, config)
+        alone = logits(ours, prompt)[0]
+        direct = logits(ours, ids, attention_mask=mask)[0, 6:]
+        assert ((direct - alone).abs().max() > 1e-3) == noticed
+        torch.testing.assert_close(
+            logits(ours, ids, attention_mask=mask, position_ids=counted)[0, 6:], alone, **TOL)
