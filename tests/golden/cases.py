@@ -39,10 +39,14 @@ B, H, D = 2, 4, 16
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
 
 
-def case(name: str) -> Callable[[Callable[[], Result]], Callable[[], Result]]:
+def case(name: str, into: dict[str, Callable[[], Result]] | None = None
+         ) -> Callable[[Callable[[], Result]], Callable[[], Result]]:
+    """Register a case under ``name`` in ``into`` (default: this battery's ``CASES``)."""
+    registry = CASES if into is None else into
+
     def put(fn: Callable[[], Result]) -> Callable[[], Result]:
-        assert name not in CASES, name
-        CASES[name] = fn
+        assert name not in registry, name
+        registry[name] = fn
         return fn
     return put
 
@@ -259,9 +263,11 @@ def state(cache: KVCache, prefix: str) -> Result:
     return res
 
 
-def decode_case(kind: str, s: str, backend: str, full: bool = True) -> Callable[[], Result]:
+def decode_case(kind: str, s: str, backend: str, full: bool = True,
+                keep: Callable[[int], Tensor] | None = None) -> Callable[[], Result]:
     """A prefill then decode steps; ``full``: the cache's state after every step too (else
-    the outputs and the final state only, to keep the fixture small)."""
+    the outputs and the final state only, to keep the fixture small). A growing cache evicts
+    after each step to ``keep(len(cache))`` (default: ``streaming_keep``'s sinks 2, window 7)."""
 
     def state(cache: KVCache, prefix: str) -> Result:
         return globals()["state"](cache, prefix) if full or prefix == "reset2" else {}
@@ -288,9 +294,11 @@ def decode_case(kind: str, s: str, backend: str, full: bool = True) -> Callable[
         for i in range(1, steps + 1):
             q, k, v = (randn(g, B, H if j == 0 else 2, 1, D) for j in range(3))
             res[f"out{i}"] = attend(q, k, v, sch, cache=cache, backend=backend, **opts)
-            if kind == "growing":
-                keep, _ = streaming_keep(len(cache), 2, 7)  # 0.4.0: window is attention's (issue 34)
-                cache.evict(keep)
+            if kind == "growing" and keep is not None:
+                cache.evict(keep(len(cache)))
+            elif kind == "growing":
+                kept, _ = streaming_keep(len(cache), 2, 7)  # 0.4.0: window is attention's (issue 34)
+                cache.evict(kept)
             res |= state(cache, f"s{i}")
         if kind == "static":
             cache.crop(10)

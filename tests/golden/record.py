@@ -1,7 +1,16 @@
-"""Record the golden battery (tests/golden/cases.py) into tests/golden/golden.pt.
+"""Record the golden battery (tests/golden/cases.py) into tests/golden/golden.pt, or with
+``--flex`` the flex battery (tests/golden/cases_flex.py) into tests/golden/golden_flex.pt.
 
     PYTHONPATH=$PWD python tests/golden/record.py           # write the fixture
     PYTHONPATH=$PWD python tests/golden/record.py --check   # compare with it, list differences
+    PYTHONPATH=$PWD python tests/golden/record.py --flex [--check]   # the same for flex
+
+Both fixtures were recorded at the base commit 830e6e5 (before the redesign of issue 33): to
+record a battery there, run this file from the current checkout with the base's posenc first
+on the path, and check that it was imported from there (the line printed first)::
+
+    git worktree add --detach /tmp/base 830e6e5
+    PYTHONPATH=/tmp/base python tests/golden/record.py --flex
 
 Re-recording is allowed only for an intended, listed change (for example a unified error
 message), named in the commit that re-records; see tests/test_golden.py.
@@ -9,6 +18,7 @@ message), named in the commit that re-records; see tests/test_golden.py.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -17,17 +27,26 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+if not os.environ.get("PYTHONPATH"):  # else it decides which posenc runs (the base's, say)
+    sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 from cases import CASES, run  # noqa: E402
+from cases_flex import CASES as FLEX_CASES  # noqa: E402
+
+import posenc  # noqa: E402
 
 FIXTURE = HERE / "golden.pt"
+FLEX_FIXTURE = HERE / "golden_flex.pt"
 
 
-def record() -> dict[str, dict[str, object]]:
+def record(cases: dict | None = None) -> dict[str, dict[str, object]]:
+    """Run a battery (default: ``cases.CASES``) on one thread. Dynamo's recompile limit is
+    raised for the run: the flex battery compiles more graphs of ``flex_attention`` than the
+    default 8, past which dynamo would run it eagerly, with other numbers."""
     torch.set_num_threads(1)
-    return {name: run(fn) for name, fn in CASES.items()}
+    with torch._dynamo.config.patch(recompile_limit=1024, accumulated_recompile_limit=4096):
+        return {name: run(fn) for name, fn in (CASES if cases is None else cases).items()}
 
 
 def differences(want: dict, got: dict) -> list[str]:
@@ -64,16 +83,19 @@ def _short(x: object) -> str:
 
 
 if __name__ == "__main__":
+    print(f"posenc from {posenc.__file__}", flush=True)
     t = time.perf_counter()
-    results = record()
+    flex = "--flex" in sys.argv
+    fixture = FLEX_FIXTURE if flex else FIXTURE
+    results = record(FLEX_CASES if flex else None)
     if "--check" in sys.argv:
-        diff = differences(torch.load(FIXTURE), results)
+        diff = differences(torch.load(fixture), results)
         print("\n".join(diff) or "no differences")
         sys.exit(1 if diff else 0)
     for r in results.values():
         for key, value in r.items():
             if isinstance(value, torch.Tensor):
                 r[key] = value.detach().clone().contiguous()
-    torch.save(results, FIXTURE)
-    print(f"{len(results)} cases, {FIXTURE.stat().st_size / 1e6:.2f} MB, "
+    torch.save(results, fixture)
+    print(f"{len(results)} cases, {fixture.stat().st_size / 1e6:.2f} MB, "
           f"{time.perf_counter() - t:.1f} s")
