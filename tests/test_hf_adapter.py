@@ -492,7 +492,7 @@ def test_transformers_numbers_new_tokens_from_the_keys_held() -> None:
     nxt = torch.randint(2, VOCAB, (1, 1))
     with torch.no_grad():
         cache = DynamicCache()
-        model(ids, past_key_values=cache, use_cache=True)
+        model(ids, cache=cache, use_cache=True)
         cache.crop(-4)  # the cache now holds 8 keys of the 12 tokens seen (the last 4 dropped)
         assert cache.get_seq_length() == 8
         states = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
@@ -501,7 +501,7 @@ def test_transformers_numbers_new_tokens_from_the_keys_held() -> None:
             fresh = DynamicCache()
             for i, (k, v) in enumerate(states):
                 fresh.update(k.clone(), v.clone(), i)
-            return model(nxt, past_key_values=fresh, use_cache=True, **kw).logits
+            return model(nxt, cache=fresh, use_cache=True, **kw).logits
 
         default = step()
         at_8 = step(position_ids=torch.tensor([[8]]))

@@ -234,7 +234,7 @@ def test_8_sink_cache_generate_equals_a_full_pass_under_sinks_and_window(scheme)
     cache = posenc.hf.SinkCache(sinks=S, window=W, config=model.config)
     with torch.no_grad():
         out = model.generate(prompt, attention_mask=torch.ones_like(prompt),
-                             past_key_values=cache, max_new_tokens=4 * W, do_sample=False,
+                             cache=cache, max_new_tokens=4 * W, do_sample=False,
                              output_logits=True, return_dict_in_generate=True, pad_token_id=0)
     seq = out.sequences
     T, P = seq.shape[1], prompt.shape[1]
@@ -279,9 +279,9 @@ def test_8_tree_mask_through_the_adapter_equals_each_branch_alone(scheme):
     torch.testing.assert_close(got[:, n:][:, [1, 3]], alone_b, **TOL)
     # the tree as one step over a cached prefix
     cache = DynamicCache(config=model.config)
-    logits(model, torch.tensor([prefix]), past_key_values=cache)
+    logits(model, torch.tensor([prefix]), cache=cache)
     step = logits(model, torch.tensor([tree]), attention_mask=sees[None, None],
-                  position_ids=pos, past_key_values=cache)
+                  position_ids=pos, cache=cache)
     torch.testing.assert_close(step[:, [0, 2]], alone_a, **TOL)
     torch.testing.assert_close(step[:, [1, 3]], alone_b, **TOL)
 
@@ -324,11 +324,30 @@ def test_7b_cu_seqlens_given_as_document_ids_is_named():
 
 
 def test_8_sink_cache_in_a_model_posenc_does_not_run_refuses():
-    # practitioner probe: generate(past_key_values=SinkCache(...)) on a model never use()-d ran
+    # practitioner probe: generate(cache=SinkCache(...)) on a model never use()-d ran
     # transformers' own attention over the new keys alone (7.9 off), silently
     torch.manual_seed(0)
     model = LlamaForCausalLM(copy.deepcopy(llama_config(initializer_range=0.2))).eval()
     prompt = torch.tensor([[5, 17, 33, 8, 71, 9]])
     with pytest.raises(ValueError, match=r"not posenc's.*posenc\.hf\.use\(model\)"):
         model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                       past_key_values=posenc.hf.SinkCache(2, 4), max_new_tokens=8)
+                       cache=posenc.hf.SinkCache(2, 4), max_new_tokens=8)
+
+
+def test_use_again_with_the_scheme_in_force_keeps_a_trained_t5_bias():
+    """``use(model, "t5")`` twice used to build a fresh bias the second time, dropping the
+    trained one without a word; now the scheme in force is kept (a new backend too), and only
+    another scheme or other options build anew."""
+    model = _llama("t5", num_buckets=16)
+    with torch.no_grad():
+        for p in model.posenc_scheme.parameters():
+            p.normal_(0, 1.0)  # "trained"
+    ids = torch.tensor([[5, 17, 33, 8, 71, 9]])
+    trained = logits(model, ids)
+    bias = model.posenc_scheme
+    for options in ({"num_buckets": 16}, {"num_buckets": 16, "backend": "math"}):
+        posenc.hf.use(model, "t5", **options)
+        assert model.posenc_scheme is bias
+        torch.testing.assert_close(logits(model, ids), trained, **TOL)
+    posenc.hf.use(model, "t5", num_buckets=8)  # other options: a new bias, as asked
+    assert model.posenc_scheme is not bias

@@ -74,7 +74,7 @@ def test_sink_cache_generate_equals_posenc_rolling_decode(scheme, layout):
     cache = posenc.hf.SinkCache(sinks=S, window=W, config=model.config, positions=layout)
     with torch.no_grad():
         got = model.generate(prompt, attention_mask=torch.ones_like(prompt),
-                             past_key_values=cache, max_new_tokens=4 * W, do_sample=False,
+                             cache=cache, max_new_tokens=4 * W, do_sample=False,
                              output_logits=True, return_dict_in_generate=True, pad_token_id=0)
         seq = got.sequences
         assert seq.shape[1] == TOKENS
@@ -91,7 +91,7 @@ def test_in_cache_prefill_longer_than_the_cache_equals_the_token_by_token_decode
     ids = torch.randint(3, 100, (1, 3 * W))
     cache = posenc.hf.SinkCache(sinks=S, window=W, config=model.config, positions="in_cache")
     with torch.no_grad():
-        got = model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+        got = model(input_ids=ids, cache=cache, use_cache=True).logits
         ref = _reference(model, ids, "in_cache")
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
@@ -100,7 +100,7 @@ def test_the_layouts_differ_once_the_cache_is_full_and_agree_before():
     model = _llama("rope")
     ids = torch.randint(3, 100, (1, 2 * (S + W)))
     with torch.no_grad():
-        a, b = (model(input_ids=ids, use_cache=True, past_key_values=posenc.hf.SinkCache(
+        a, b = (model(input_ids=ids, use_cache=True, cache=posenc.hf.SinkCache(
             sinks=S, window=W, config=model.config, positions=p)).logits
             for p in ("true", "in_cache"))
     torch.testing.assert_close(a[:, :S + W], b[:, :S + W], atol=1e-5, rtol=1e-5)
@@ -111,7 +111,7 @@ def test_in_cache_refuses_the_models_own_rope_and_a_bad_layout():
     model = _llama(None)
     cache = posenc.hf.SinkCache(sinks=S, window=W, config=model.config, positions="in_cache")
     with pytest.raises(ValueError, match=r"use\(model, 'rope'\)"):
-        model(input_ids=torch.tensor([[5, 17, 33]]), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.tensor([[5, 17, 33]]), cache=cache, use_cache=True)
     with pytest.raises(ValueError, match="in_cache"):
         posenc.hf.SinkCache(sinks=S, window=W, positions="cache")
 
@@ -128,10 +128,10 @@ def test_compiled_decode_over_4x_the_window_makes_2_graphs_and_equals_posenc_dec
     ids = torch.tensor([[5, 17, 33, 8, 71]])
     got = []
     with torch.no_grad():
-        out = step(input_ids=ids, past_key_values=cache, use_cache=True).logits
+        out = step(input_ids=ids, cache=cache, use_cache=True).logits
         got.append(out)
         for _ in range(4 * W):  # no attention_mask: positions from the cache's 0-dim count
-            out = step(input_ids=out[:, -1:].argmax(-1), past_key_values=cache,
+            out = step(input_ids=out[:, -1:].argmax(-1), cache=cache,
                        use_cache=True).logits
             got.append(out)
         seq = torch.cat([ids] + [o[:, -1:].argmax(-1) for o in got[:-1]], dim=1)

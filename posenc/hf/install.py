@@ -142,8 +142,10 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     where it cannot read them it warns with the call that loads them, since a fresh bias gives
     other logits. Positions, documents
     and visibility follow the rules of :mod:`posenc.hf.adapter`; transformers keeps the cache.
-    Switching the model's attention away (``set_attn_implementation("sdpa")``) after a swap
-    raises at the next forward rather than run without positions.
+    Calling ``use`` again with the scheme and options in force keeps the schemes built (a
+    trained T5 bias keeps its weights; ``backend`` may change). Switching the model's attention
+    away (``set_attn_implementation("sdpa")``) after a swap raises at the next forward rather
+    than run without positions.
 
     Raises:
         TypeError: ``model`` is not a transformers model; ``scheme`` is not a name, ``None`` or
@@ -167,7 +169,7 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     layers = _attention_layers(model)
     record = _record(scheme, dict(options), backend)
     reloaded = _check_recorded(model, layers, record)
-    built = _build_schemes(model, layers, scheme, options)  # {layer_idx: scheme} or None
+    built = _in_force(model, layers, record) or _build_schemes(model, layers, scheme, options)
     _set_rotaries(model, swapped=built is not None)
     if built is None:
         model._modules.pop("posenc_scheme", None)
@@ -267,6 +269,20 @@ def _text_config(model: Any) -> Any:
     config = model.config
     get = getattr(config, "get_text_config", None)
     return get() if callable(get) else config
+
+
+def _in_force(
+    model: Any, layers: list[tuple[int, nn.Module]], record: dict[str, Any] | None
+) -> dict[int, PositionScheme] | None:
+    """``use`` again with the scheme and options already in force in this process: the schemes
+    built then (a trained T5 bias keeps its weights; a new backend is only a new backend)."""
+    saved = getattr(model.config, SAVED, None)
+    if record is None or record.get("instance") or not isinstance(saved, dict):
+        return None
+    if {**saved, "backend": None} != {**record, "backend": None}:
+        return None
+    held = {idx: getattr(layer.__dict__.get(_OPTIONS), "scheme", None) for idx, layer in layers}
+    return None if any(s is None for s in held.values()) else held  # type: ignore[return-value]
 
 
 def _build_schemes(
