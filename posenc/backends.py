@@ -276,13 +276,15 @@ def index_score_mod(scheme: PositionScheme, q: Tensor, k_len: int, causal: bool)
     """The fast path's ``score_mod``: the scheme's index form, else its position form over the
     default positions (e.g. T5), else refused for a bias scheme."""
     q_len = q.shape[-2]
-    score_mod = scheme.score_mod(k_len - q_len)
-    if score_mod is None and scheme.has_bias:  # e.g. T5: the bias from default positions
+    score_mod = scheme.score_mod(k_len - q_len) if causal else None  # it has no causal flag
+    if score_mod is None and scheme.has_bias:  # T5, non-causal ALiBi: from default positions
         B = q.shape[0]
         q_pos = torch.arange(k_len - q_len, k_len, device=q.device).expand(B, q_len)
         score_mod = scheme.position_score_mod(
             q_pos, torch.arange(k_len, device=q.device).expand(B, k_len), causal=causal
         )
+    if score_mod is None and not causal:  # a scheme with the index form only
+        score_mod = scheme.score_mod(k_len - q_len)
     if score_mod is None and scheme.has_bias:
         raise ValueError(f"backend='flex' needs a score_mod; scheme {scheme.name!r} has none")
     return score_mod

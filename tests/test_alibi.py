@@ -96,14 +96,19 @@ def test_score_mod_equals_bias():
                     torch.testing.assert_close(got, full[hh, i + 2, j])
 
 
-def test_flex_attention_equals_sdpa_with_bias():
+@pytest.mark.parametrize("causal", [True, False])
+def test_flex_attention_equals_sdpa_with_bias(causal):
+    """Also bidirectional: flex's fast path once added ALiBi's causal -m (i - j) to keys after
+    the query (the index score_mod has no causal flag) where the others add -m |i - j|."""
     pytest.importorskip("torch.nn.attention.flex_attention")
     torch.manual_seed(0)
     q, k, v = torch.randn(3, 2, 4, 32, 16).unbind(0)
     with torch.no_grad():
-        ref = attend(q, k, v, ALiBi(4))
-        out = attend(q, k, v, ALiBi(4), backend="flex")
+        ref = attend(q, k, v, ALiBi(4), causal=causal)
+        out = attend(q, k, v, ALiBi(4), causal=causal, backend="flex")
+        naive = attend(q, k, v, ALiBi(4), causal=causal, backend="math")
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(naive, ref, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("q_len,k_len", [(300, 300), (5, 260), (130, 131), (1, 1)])

@@ -66,9 +66,9 @@ def flex(name: str, fn: Callable[[], Result], grad: bool = False) -> None:
 
 # every scheme in every layout: causal and not, GQA / MQA, Dv != Dh, key positions, padding
 # (left, right, holes), who-sees-whom masks, documents, window, window + sinks.
-# Known wrong at the base and kept as it was (a fix re-records it, named): alibi/noncausal/flex
-# is 1.10 off math and sdpa (max abs): the fast path's ALiBi.score_mod(q_offset) has no causal
-# argument, so causal=False gets -m (i - j) where the other backends give -m |i - j|
+# alibi/noncausal/flex was wrong at the base (1.10 off math and sdpa, max abs: the fast path's
+# ALiBi.score_mod(q_offset) has no causal argument, so causal=False got -m (i - j) where the
+# other backends give -m |i - j|); fixed after the redesign and re-recorded, that case alone
 for _s in SCHEMES:
     for _l in LAYOUTS:
         flex(f"attend/{_s}/{_l}/flex/f32", attend_case(_s, _l, "flex"))
