@@ -35,7 +35,9 @@ What the attention sees, and where it comes from:
   between real tokens makes the two counts differ, and a warning says so);
 * **who sees whom**: a bool 4-D ``attention_mask [B, 1, Lq, Lk]`` passed to the model (True =
   sees; a speculative tree) is and-ed with causality; the new tokens sit at ``position_ids``
-  (siblings share a depth), cached keys, an unpadded prefix, at ``0 .. Lk - Lq - 1``;
+  (siblings share a depth), the cached keys at their indices ``0 .. Lk - Lq - 1`` (a padded
+  prefix too: count the tree's ``position_ids`` from the index, ``Lk - Lq + depth``, not from
+  the padding mask as the rules above do);
 * **the model's own settings**, from the attention module's call: ``scaling``, Gemma 2's
   ``softcap``, gpt-oss's learned sinks (``s_aux``), grouped-query heads, dropout.
 
@@ -47,7 +49,8 @@ every step. :class:`~posenc.hf.SinkCache` is posenc's own: StreamingLLM's sinks 
 on a rolling ``KVCache``, written by the attention.
 
 :func:`~posenc.hf.use` records a swapped scheme in the config (``config.posenc``); a model
-reloaded with ``attn_implementation="posenc"`` refuses to run until ``use`` is called again.
+reloaded with posenc's attention refuses to run until ``use`` is called again (a reload with
+an explicit ``attn_implementation="sdpa"`` never reaches posenc: the model's own RoPE runs).
 
 Layer: integrations. The code is in ``posenc.hf.forward`` (what transformers calls at
 every step) and ``posenc.hf.install`` (``register``, ``use``, the rotary swap); this
