@@ -409,8 +409,11 @@ def run_by_rule(
         return flex_fn()(q, k, v, score_mod=score_mod, block_mask=block_visibility(rule),
                          scale=softmax.scale, enable_gqa=_grouped(q, k))
     allowed = dense_visibility(rule)  # [B, 1, Lq, Lk]
-    empty = ~allowed.any(-1, keepdim=True) if facts.may_be_empty else None  # [B, 1, Lq, 1]
-    if empty is not None:
+    # eager SDPA on the CPU gives a row that sees no key zeros and zero gradients itself
+    zeroes = (chosen == "sdpa" and softmax.sink_logits is None and q.device.type == "cpu"
+              and not is_compiling())
+    empty = ~allowed.any(-1, keepdim=True) if facts.may_be_empty and not zeroes else None
+    if empty is not None:  # [B, 1, Lq, 1]
         allowed = allowed | empty  # a row that sees no key attends to every key, then is zeroed
     bias = position_bias_or_index(scheme, rule, q.shape[1], facts.index_bias)
     if chosen == "math":
