@@ -349,5 +349,91 @@ def test_use_again_with_the_scheme_in_force_keeps_a_trained_t5_bias():
         posenc.hf.use(model, "t5", **options)
         assert model.posenc_scheme is bias
         torch.testing.assert_close(logits(model, ids), trained, **TOL)
-    posenc.hf.use(model, "t5", num_buckets=8)  # other options: a new bias, as asked
+    with pytest.warns(UserWarning, match=r"replaces the model's scheme 't5'"):
+        posenc.hf.use(model, "t5", num_buckets=8)  # other options: a new bias, as asked
     assert model.posenc_scheme is not bias
+
+
+# --------------------------------------------------------------------------- use() again (issue 34)
+
+
+def _trained_t5(**options: object) -> torch.nn.Module:
+    model = _llama("t5", **options)
+    with torch.no_grad():
+        for p in model.posenc_scheme.parameters():
+            p.normal_(0, 1.0)  # "trained"
+    return model
+
+
+@pytest.mark.parametrize("again", [{"num_buckets": 32}, {"max_distance": 128},
+                                   {"num_buckets": 32, "max_distance": 128}])
+def test_use_again_with_default_options_spelled_out_keeps_the_trained_t5_bias(again):
+    # a prober's call: use(m, "t5") then use(m, "t5", num_buckets=32), T5's default, built a
+    # fresh bias ({} != {"num_buckets": 32}); the defaults come from T5RelativeBias itself
+    model = _trained_t5()
+    ids = torch.tensor([[5, 17, 33, 8, 71, 9]])
+    trained, bias = logits(model, ids), model.posenc_scheme
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the scheme in force is kept: nothing to say
+        posenc.hf.use(model, "t5", **again)
+    assert model.posenc_scheme is bias
+    torch.testing.assert_close(logits(model, ids), trained, **TOL)
+
+
+@pytest.mark.parametrize("switch", [(), ("alibi",), ("t5", ), ("rope",)],
+                         ids=["own_rope", "alibi", "t5_other_options", "rope"])
+def test_use_that_drops_a_learned_scheme_warns_at_the_callers_line(switch):
+    # a prober's call: use(m) or use(m, "alibi") after a trained T5 discarded its weights
+    # without a word (a later use(m, "t5") started fresh)
+    model = _trained_t5(num_buckets=16)
+    with pytest.warns(UserWarning, match=r"replaces the model's scheme 't5' "
+                                         r"\(model\.posenc_scheme\), which holds 64 learned "
+                                         r"parameters.*model\.posenc_scheme\.state_dict\(\) "
+                                         r"before switching") as got:
+        posenc.hf.use(model, *switch)  # "t5" alone: num_buckets=32, another bias
+    assert got[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "t5" again put a (fresh, learned) table in force
+        posenc.hf.use(model, "alibi")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        posenc.hf.use(model, "nope")  # nothing learned to lose (ALiBi, NoPE, own RoPE)
+        posenc.hf.use(model)
+
+
+def test_named_rope_with_the_other_layout_warns_at_the_callers_line():
+    # a prober's call: use(m, "rope", interleaved=True) on a Llama (half-split weights) ran
+    # silently 0.0073 off; the ready-object call already warned
+    model = _llama()
+    with pytest.warns(UserWarning, match=r"interleaved=True rotates interleaved pairs, but "
+                                         r"this model's own RoPE rotates half-split ones.*"
+                                         r"leave interleaved out") as got:
+        posenc.hf.use(model, "rope", interleaved=True)
+    assert got[0].filename == __file__
+    with pytest.warns(UserWarning, match=r"rotates interleaved pairs.*half-split") as got:
+        posenc.hf.use(model, posenc.RoPE(16))  # the ready object's warning: the caller's line
+    assert got[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        posenc.hf.use(model, "rope", interleaved=False)  # the config's layout
+
+
+@pytest.mark.parametrize("rope,said", [
+    ({"rope_type": "default", "rope_theta": 500000.0}, r"base=500000\.0"),
+    ({"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}, r"'linear'"),
+], ids=["theta", "linear_scaling"])
+def test_ready_rope_with_other_frequencies_than_the_config_warns(rope, said):
+    # a prober's call: use(m, RoPE(16, interleaved=False)) on a rope_theta=500000 model (0.0035
+    # off) or a linear factor-4 one (0.0054 off) ran silently: only head_dim and layout were
+    # compared
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(llama_config(rope_parameters=rope)).eval()
+    with pytest.warns(UserWarning, match=r"scheme 'rope' rotates with base=10000\.0.*model's "
+                                         rf"own RoPE uses.*{said}.*posenc\.hf\.use\(model, "
+                                         r"'rope'\)") as got:
+        posenc.hf.use(model, posenc.RoPE(16, interleaved=False))
+    assert got[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kwargs = posenc.hf.rotary_kwargs_from_hf_config(model.config)
+        posenc.hf.use(model, posenc.RoPE(kwargs.pop("head_dim"), **kwargs))  # the config's

@@ -9,7 +9,6 @@ scheme replaces them. transformers is imported inside :func:`register` only.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -22,6 +21,13 @@ from ..schemes import SCHEMES, PositionScheme, RoPE, _a_class, make_scheme
 from .forward import _OPTIONS, _Options, attention_forward, positions_mask
 from .saved import SAVED as SAVED
 from .saved import Recorded, restore_saved_weights
+from .scheme_checks import (
+    check_instance,
+    filled_options,
+    held_schemes,
+    warn_dropped,
+    warn_named_layout,
+)
 
 SWAPS = ("alibi", "t5", "nope", "rope")
 """The scheme names :func:`~posenc.hf.use` accepts besides ``None`` (keep the model's own RoPE)."""
@@ -169,7 +175,9 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
     layers = _attention_layers(model)
     record = _record(scheme, dict(options), backend)
     reloaded = _check_recorded(model, layers, record)
+    held = held_schemes(layers, _OPTIONS)
     built = _in_force(model, layers, record) or _build_schemes(model, layers, scheme, options)
+    warn_dropped(held, [] if built is None else list(built.values()))
     _set_rotaries(model, swapped=built is not None)
     if built is None:
         model._modules.pop("posenc_scheme", None)
@@ -221,7 +229,7 @@ def _check_recorded(
         return None
     shared = isinstance(saved, Recorded)
     same = record is not None and record.get("scheme") == saved.get("scheme")
-    if same and (record or {}).get("options") == (saved.get("options") or {}):
+    if same and _same_call(model, saved, record):
         return None if shared else saved
     options = "".join(f", {k}={v!r}" for k, v in (saved.get("options") or {}).items())
     asked = "the model's own RoPE" if record is None else (
@@ -279,10 +287,21 @@ def _in_force(
     saved = getattr(model.config, SAVED, None)
     if record is None or record.get("instance") or not isinstance(saved, dict):
         return None
-    if {**saved, "backend": None} != {**record, "backend": None}:
+    if saved.get("instance") or not _same_call(model, saved, record):
         return None
     held = {idx: getattr(layer.__dict__.get(_OPTIONS), "scheme", None) for idx, layer in layers}
     return None if any(s is None for s in held.values()) else held  # type: ignore[return-value]
+
+
+def _same_call(model: Any, saved: dict[str, Any], record: dict[str, Any] | None) -> bool:
+    """Two ``config.posenc`` records name the same scheme with the same options once every
+    default is filled in (``num_buckets=32`` is T5's default); the backend is not compared."""
+    if record is None:
+        return False
+    name, config = saved.get("scheme"), _text_config(model)
+    return name == record.get("scheme") and (
+        filled_options(name, saved.get("options"), config)
+        == filled_options(name, record.get("options"), config))
 
 
 def _build_schemes(
@@ -334,7 +353,7 @@ def _resolve(
                 f"posenc.hf.use got options {sorted(options)} with a ready PositionScheme; "
                 "pass them to its constructor (allowed here: backend, name)"
             )
-        _check_instance(scheme, _text_config(model))
+        check_instance(scheme, _text_config(model))
         if type(scheme).embed is not PositionScheme.embed:
             raise ValueError(
                 f"scheme {scheme.name!r} adds positions to the token embeddings (an embed hook); "
@@ -364,39 +383,6 @@ _SCHEME_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_instance(scheme: PositionScheme, config: Any) -> None:
-    """A ready scheme must fit the model: one bias per head, RoPE over the head dimension."""
-    heads = getattr(config, "num_attention_heads", None)
-    own = getattr(scheme, "num_heads", None)
-    if isinstance(own, int) and isinstance(heads, int) and own != heads:
-        raise ValueError(
-            f"scheme {scheme.name!r} has a bias for num_heads={own}, but the model has "
-            f"num_attention_heads={heads}; build it with num_heads={heads}"
-        )
-    rotary = getattr(scheme, "rotary", None)
-    if rotary is None:
-        return
-    try:  # the config's own RoPE: its head_dim and pair layout
-        want = rotary_kwargs_from_hf_config(config)
-    except (TypeError, ValueError, KeyError):  # a config without RoPE settings
-        return
-    if rotary.head_dim != want["head_dim"]:
-        raise ValueError(
-            f"scheme 'rope' rotates head_dim={rotary.head_dim}, but the model's heads have "
-            f"head_dim={want['head_dim']}; build it with RoPE({want['head_dim']}, ...) (or "
-            "scheme='rope' to read the config)"
-        )
-    layout, wanted = rotary.interleaved, want["interleaved"]
-    if layout != wanted:
-        warnings.warn(
-            f"scheme 'rope' rotates {'interleaved' if layout else 'half-split'} pairs, but "
-            f"this model's own RoPE rotates {'interleaved' if wanted else 'half-split'} ones "
-            f"(its q/k weights expect that layout): pass RoPE(..., interleaved={wanted}) or "
-            "scheme='rope' to read the config",
-            stacklevel=3,
-        )
-
-
 def _named_scheme(
     name: str, config: Any, options: dict[str, Any]
 ) -> PositionScheme | dict[str | None, PositionScheme]:
@@ -416,6 +402,7 @@ def _named_scheme(
     bad = sorted(set(options) - allowed)
     if bad:
         raise TypeError(f"scheme 'rope' got unexpected options {bad}; allowed: interleaved, backend, name")
+    warn_named_layout(options, config)
     params = getattr(config, "rope_parameters", None) or {}
     nested = bool(params) and all(isinstance(v, dict) or v is None for v in params.values())
     kinds = sorted(k for k, v in params.items() if v is not None) if nested else [None]
