@@ -321,14 +321,28 @@ def _document_ids_hint(value: object) -> str:
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARIES = ("torch", "transformers")
+"""Packages whose frames stand between the caller and posenc (``nn.Module.__call__``,
+transformers' ``generate`` and model code): :func:`warn_caller` looks past them too."""
+
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = [_PACKAGE]
+    for name in _LIBRARIES:
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(path, str):
+            dirs.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return tuple(dirs)
 
 
 def warn_caller(message: str, category: type[Warning] = UserWarning) -> None:
-    """``warnings.warn`` at the first frame outside the ``posenc`` package: the caller's line,
-    however deep in the library the warning is given."""
+    """``warnings.warn`` at the first frame outside ``posenc`` (and outside torch and
+    transformers, whose module calls and ``generate`` sit between): the caller's line, however
+    deep in the library the warning is given."""
     frame: FrameType | None = sys._getframe(1)
     level = 2  # warn_caller's caller
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+    skipped = _library_dirs()
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skipped):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
 

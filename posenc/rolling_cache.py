@@ -23,12 +23,10 @@ shapes (one compiled graph for any number of steps), and the outputs equal a gro
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor
 
-from ._checks import check_int, check_sinks, is_compiling
+from ._checks import check_int, check_sinks, is_compiling, warn_caller
 from .cache_slots import CacheView, MaskColumns, Static
 
 
@@ -139,12 +137,11 @@ class Rolling(Static):
             return
         padded = ~new_valid[:, :S].all(-1)  # [B]: a pad among the first S slots
         if bool(padded.any()):
-            warnings.warn(
+            warn_caller(
                 f"rows {padded.nonzero().flatten().tolist()} start with padding: a rolling "
                 f"KVCache keeps the first sinks={S} slots, so those rows keep pads, not their "
                 "first real tokens, as sinks (StreamingLLM's layout per slot); pad on the right "
-                "or prefill such rows without padding to keep their real first tokens",
-                stacklevel=4,
+                "or prefill such rows without padding to keep their real first tokens"
             )
 
     def append(

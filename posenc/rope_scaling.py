@@ -31,14 +31,13 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
-import warnings
 from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ._checks import check_base, check_float, check_int
+from ._checks import check_base, check_float, check_int, warn_caller
 
 ROPE_TYPES = ("default", "linear", "dynamic", "ntk", "yarn", "llama3", "longrope")
 """The values ``scaling["rope_type"]`` may take, each described above (``"default"``, like
@@ -112,9 +111,8 @@ def rope_inv_freq(
         )
     ignored = sorted(k for k in s if k not in (*_COMMON_KEYS, *ROPE_KEYS[rope_type], *_LENGTH_KEYS))
     if ignored:  # transformers accepts and ignores them too (with a warning); lengths are quiet
-        warnings.warn(
-            f"scaling keys {ignored} are not used by rope_type {rope_type!r} and are ignored",
-            stacklevel=2,
+        warn_caller(
+            f"scaling keys {ignored} are not used by rope_type {rope_type!r} and are ignored"
         )
     theta = s.get("rope_theta")
     if theta is not None and check_float("scaling['rope_theta']", theta) != base:

@@ -265,8 +265,9 @@ def test_a_same_batch_size_prompt_that_restarts_the_positions_says_call_reset():
     cache = posenc.hf.SinkCache(sinks=S, window=W, config=model.config)
     _generate(model, cache, torch.tensor([[5, 17, 33, 8, 71]]))  # holds 7 tokens
     for prompt in ([[5, 17, 33, 9]], [[5, 17, 33, 9, 4, 5, 6]]):  # was: 4 ran, off silently
-        with pytest.raises(ValueError, match=r"holds 7 tokens from rows that reached positions "
-                                             r"\[7\].*not a continuation.*cache\.reset\(\)"):
+        with pytest.raises(ValueError, match=r"holds 7 tokens from rows whose keys stop at "
+                                             r"positions \[6\] \(a continuation starts at "
+                                             r"\[7\]\).*not a continuation.*cache\.reset\(\)"):
             _generate(model, cache, torch.tensor(prompt))
     cache.reset()
     prompt = torch.tensor([[5, 17, 33, 9]])
@@ -275,3 +276,36 @@ def test_a_same_batch_size_prompt_that_restarts_the_positions_says_call_reset():
     assert torch.equal(seq, _generate(model, fresh, prompt))
     # a true continuation (the sequence so far plus new tokens) still runs
     _generate(model, cache, torch.cat([seq, torch.tensor([[12, 13]])], dim=-1))
+
+
+# --------------------------------------------------------------------------- wrong-call probe
+
+
+def test_left_padding_warning_of_a_rolling_cache_points_at_the_callers_line():
+    # was raised inside posenc (rolling_cache.py, a fixed stacklevel): now warn_caller, through
+    # attend and through a transformers model's generate alike
+    q = torch.randn(2, 4, 5, 16)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    with pytest.warns(UserWarning, match=r"rows \[1\] start with padding") as got:
+        posenc.attend(q, q, q, cache=posenc.KVCache(6, sinks=2, window=4), attention_mask=mask)
+    assert got[0].filename == __file__
+    model = _llama()
+    prompt = torch.tensor([[5, 17, 33, 8, 71], [0, 0, 33, 8, 71]])
+    with pytest.warns(UserWarning, match=r"rows \[1\] start with padding") as got:
+        with torch.no_grad():
+            model.generate(prompt, attention_mask=(prompt != 0).long(), max_new_tokens=2,
+                           cache=posenc.hf.SinkCache(sinks=S, window=W, config=model.config),
+                           do_sample=False, pad_token_id=0)
+    assert {w.filename for w in got} == {__file__}
+
+
+def test_sink_cache_reuse_message_names_the_positions_it_holds():
+    # was "holds 15 tokens from rows that reached positions [15]": it keeps sinks + window of
+    # them, and the last key it holds is at position 14
+    model = _llama()
+    cache = posenc.hf.SinkCache(sinks=2, window=4, config=model.config)
+    _generate(model, cache, torch.tensor([[5, 17, 33, 8, 71, 9, 4, 40, 41, 42, 43, 44]]), new=4)
+    with pytest.raises(ValueError, match=r"holds 6 of the 15 tokens it was given from rows "
+                                         r"whose keys stop at positions \[14\] \(a continuation "
+                                         r"starts at \[15\]\).*stop at \[10\]"):
+        _generate(model, cache, torch.tensor([[5, 17, 33, 8, 71, 9, 4, 40, 41, 42, 43]]))

@@ -12,7 +12,6 @@ the layer's scheme. The rules (positions from the 2-D mask, documents from resta
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,7 @@ from torch import Tensor, nn
 
 import posenc.varlen as varlen  # the module: a patched attend_varlen is the one called
 
-from .._checks import is_compiling
+from .._checks import is_compiling, warn_caller
 from ..attention import attend
 from ..positions import cu_seqlens, packed_positions
 from ..schemes import PositionScheme
@@ -277,12 +276,11 @@ def _warn_on_holes(key_valid: Tensor, window: int) -> None:
     left = key_valid.long().cummax(-1).values.bool()  # [B, Lk]: a real key at or before
     right = key_valid.flip(-1).long().cummax(-1).values.flip(-1).bool()  # ... at or after
     if bool((left & right & ~key_valid).any()):
-        warnings.warn(
+        warn_caller(
             f"attention_mask has zeros between real tokens and the layer has sliding_window="
             f"{window}: posenc's window counts positions (the real tokens before each one), "
             "transformers' own attention counts indices, so the two differ on such rows; "
-            "remove the holes (pack the row) to get transformers' answer",
-            stacklevel=2,
+            "remove the holes (pack the row) to get transformers' answer"
         )
 
 

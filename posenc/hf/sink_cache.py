@@ -122,7 +122,7 @@ def _layer_class() -> type:
             """``(kv_length, kv_offset)``: the new tokens only (the cache knows the rest)."""
             seen = self.get_seq_length()  # tokens since reset; compiled: 0-dim, no recompile
             if query_length == 0 and not is_compiling() and int(seen):
-                raise ValueError(_reuse_message(int(seen), _NO_NEW_TOKENS))
+                raise ValueError(_reuse_message(int(seen), _NO_NEW_TOKENS, self.kv))
             return query_length, seen if is_compiling() else int(seen)
 
         def get_seq_length(self) -> Any:
@@ -161,20 +161,24 @@ def _check_continues(kv: KVCache, seen: Tensor, rows: int, positions: object) ->
         return
     if kv.k.shape[0] != rows:
         raise ValueError(_reuse_message(
-            int(seen), f"a batch of {kv.k.shape[0]} rows, and this batch has {rows}"))
+            int(seen), f"a batch of {kv.k.shape[0]} rows, and this batch has {rows}", kv))
     reached = kv.reached()
     if isinstance(positions, Tensor) and positions.numel() and reached is not None:
         top = positions.amax(-1).to(reached.device)  # [B | 1]
         if bool((top < reached).any()):
             raise ValueError(_reuse_message(
-                int(seen), f"rows that reached positions {reached.tolist()}, and the new "
-                f"tokens' positions stop at {top.tolist()} (a new batch, not a continuation)"))
+                int(seen), f"rows whose keys stop at positions {(reached - 1).tolist()} (a "
+                f"continuation starts at {reached.tolist()}), and the new tokens' positions "
+                f"stop at {top.tolist()} (a new batch, not a continuation)", kv))
 
 
-def _reuse_message(held: int, since: str) -> str:
-    """The refusal of a filled SinkCache given a batch that cannot continue it."""
+def _reuse_message(seen: int, since: str, kv: KVCache) -> str:
+    """The refusal of a filled SinkCache given a batch that cannot continue it (``seen``: the
+    tokens given since the last reset, of which it keeps the sinks and the window)."""
+    kept = (kv.sinks or 0) + (kv.window or 0)
+    held = f"{seen} tokens" if seen <= kept else f"{kept} of the {seen} tokens it was given"
     return (
-        f"posenc.hf.SinkCache holds {held} tokens from {since}: a cache that already holds "
+        f"posenc.hf.SinkCache holds {held} from {since}: a cache that already holds "
         "keys continues them; cache.reset() empties it to start a new batch"
     )
 
