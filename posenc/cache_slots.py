@@ -319,11 +319,12 @@ class Growing(Slots):
 
 def overflow(N: int, held: int, L: int) -> ValueError:
     """The error of a static cache asked to hold more than its ``N`` slots."""
+    reuse = "if this is a new batch, call cache.reset() first (it empties the cache); else "
     return ValueError(
         f"KVCache(max_len={N}) holds {held} tokens and cannot take {L} more; "
-        "make max_len larger (a sliding-window layer's cache needs only the last W "
-        "keys: KVCache(max_len=S + W, sinks=S, window=W) is a rolling cache that keeps "
-        "the first S and the last W)"
+        f"{reuse if held else ''}make max_len larger (a sliding-window layer's cache needs "
+        "only the last W keys: KVCache(max_len=S + W, sinks=S, window=W) is a rolling "
+        "cache that keeps the first S and the last W)"
     )
 
 
