@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
 
+# POSENC_BENCH_CLOCK=thread times each call with the calling thread's CPU time
+# (``time.thread_time``) instead of the wall clock: on a shared machine the other jobs' time
+# then does not count. Valid with one torch thread (``--threads 1``), where every op runs on the
+# calling thread; with more, the pool's threads would go uncounted.
+_CLOCK = {"wall": time.perf_counter, "thread": time.thread_time}[
+    os.environ.get("POSENC_BENCH_CLOCK", "wall")]
+
 
 def _wall(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
+    t0 = _CLOCK()
     fn()
-    return time.perf_counter() - t0
+    return _CLOCK() - t0
 
 
 def medians(
@@ -18,8 +26,9 @@ def medians(
     timer: Callable[[Callable[[], object]], float] | None = None,
 ) -> dict[str, float]:
     """Median seconds per call for each function, timed round-robin to share the machine's noise.
-    ``timer(fn)`` returns one call's seconds (default: ``time.perf_counter`` around the call;
-    ``benchmarks/gpu.py`` passes one built on CUDA events)."""
+    ``timer(fn)`` returns one call's seconds (default: ``time.perf_counter`` around the call,
+    or ``time.thread_time`` with ``POSENC_BENCH_CLOCK=thread``; ``benchmarks/gpu.py`` passes
+    one built on CUDA events)."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
