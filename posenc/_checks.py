@@ -164,17 +164,35 @@ def check_rows(
 
 def layout_hint(like: Tensor | None, dim: int, n: int, what: str, read: int) -> str:
     """For ``q`` (``like``) given as ``[B, L, H, head_dim]`` where ``[B, H, L, head_dim]`` is
-    read: when its ``dim`` (1: L, 2: H) holds ``n`` (``what``), ``read`` (the size taken
-    from the other one) differs, and dim 1 is the longer (more tokens than heads: read as
-    ``[B, H, L, D]``, more heads than tokens, which only a wrong layout makes common), the
-    transpose that fixes it; else ``""``."""
-    if (like is None or like.dim() != 4 or like.shape[dim] != n or n == read
-            or like.shape[1] <= like.shape[2]):
+    read: when its ``dim`` (1: L, 2: H) holds ``n`` (``what``) and ``read`` (the size taken
+    from the other one) differs, the transpose that fixes it; else ``""``. More tokens than
+    heads "looks like" that layout; fewer (a decode step ``[B, 1, H, head_dim]``) "may be"."""
+    if like is None or like.dim() != 4 or like.shape[dim] != n or n == read:
         return ""
+    looks = "looks like" if like.shape[1] > like.shape[2] else "may be"
     return (
-        f"q of shape {tuple(like.shape)} looks like [B, L, H, head_dim] (its dim {dim} has "
+        f"q of shape {tuple(like.shape)} {looks} [B, L, H, head_dim] (its dim {dim} has "
         f"{what}); attend reads [B, H, L, head_dim]: pass q.transpose(1, 2), k.transpose(1, "
         "2), v.transpose(1, 2) and transpose the output back"
+    )
+
+
+def cache_mismatch(k: Tensor, cached: Tensor, held: int) -> str:
+    """The refusal of new keys ``k`` that do not fit the ``cached`` keys (``held`` of them):
+    a new batch (``cache.reset()``), or, where ``k``'s dim 2 has the cached heads and its dim 1
+    does not, ``[B, L, H, head_dim]`` input (a decode step ``[B, 1, H, head_dim]``)."""
+    heads = cached.shape[1]
+    reset = (f"the cache holds {held} keys from earlier calls; cache.reset() empties it to "
+             "start a new batch")
+    head = (f"new k {tuple(k.shape)} does not match the cached keys {tuple(cached.shape)} "
+            "(batch, heads and head_dim must agree): ")
+    if k.dim() != 4 or k.shape[2] != heads or k.shape[1] == heads:
+        return head + reset
+    return head + (
+        f"its dim 2 has the cached {heads} heads, so k may be [B, L, H, head_dim] (a decode "
+        f"step [B, 1, H, head_dim]); the cache and attend read [B, H, L, head_dim]: pass "
+        "q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2) and transpose the output "
+        f"back. If it is a new batch instead, {reset}"
     )
 
 

@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import Tensor
 
-from ._checks import check_int, check_rows, check_tensor
+from ._checks import cache_mismatch, check_int, check_rows, check_tensor
 from .cache_slots import CacheView, Growing, MaskColumns, Static
 from .rolling_cache import Rolling, check_rolling
 
@@ -215,12 +215,7 @@ class KVCache:
                 return
         if self.k is not None and self.v is not None:
             if k.shape[:-2] != self.k.shape[:-2] or k.shape[-1] != self.k.shape[-1]:
-                held = len(self)
-                raise ValueError(
-                    f"new k {tuple(k.shape)} does not match the cached keys {tuple(self.k.shape)} "
-                    f"(batch, heads and head_dim must agree): the cache holds {held} keys from "
-                    "earlier calls; cache.reset() empties it to start a new batch"
-                )
+                raise ValueError(cache_mismatch(k, self.k, len(self)))
             if v.shape[-1] != self.v.shape[-1]:
                 raise ValueError(
                     f"new v {tuple(v.shape)} does not match the cached values "

@@ -143,16 +143,58 @@ def test_e_b_l_h_d_input_gets_the_transpose_in_each_shape_error(what, dim, kwarg
     assert posenc.attend(t, t, t, scheme, **kwargs).shape == t.shape
 
 
-def test_e_no_hint_where_the_shape_says_nothing_of_the_layout():
-    q = torch.randn(1, 4, 5, 16)  # 4 heads, 5 tokens: a wrong length, not a layout
+def test_e_hint_is_hedged_where_the_shape_cannot_tell_and_absent_where_it_says_nothing():
+    # fewer entries than q's dim 2, equal to its dim 1: a wrong length, or [B, L, H, D] with
+    # fewer tokens than heads (a decode step [B, 1, H, D]); the shape cannot tell, so the
+    # hint says "may be" (it said nothing before the wrong-call probe, item G)
+    q = torch.randn(1, 4, 5, 16)
     for kwargs in ({"positions": torch.arange(4)}, {"attention_mask": torch.ones(1, 4)},
                    {"document_ids": torch.zeros(1, 4, dtype=torch.long)}):
-        with pytest.raises(ValueError) as err:
+        with pytest.raises(ValueError, match=r"may be \[B, L, H, head_dim\] \(its dim 1"):
+            posenc.attend(q, q, q, None, **kwargs)
+    for kwargs in ({"positions": torch.arange(3)}, {"attention_mask": torch.ones(1, 6)}):
+        with pytest.raises(ValueError) as err:  # fits neither dim: nothing of the layout
             posenc.attend(q, q, q, None, **kwargs)
         assert "transpose" not in str(err.value)
     with pytest.raises(ValueError) as err:
         posenc.attend(q, q, q, posenc.ALiBi(8))
     assert "transpose" not in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs", [{"positions": torch.arange(3)},
+                                    {"attention_mask": torch.ones(2, 3)},
+                                    {"scheme": posenc.ALiBi(4)}])
+def test_e_fewer_tokens_than_heads_gets_the_hint_too(kwargs):
+    # a prober's calls: [B, L=3, H=4, D] (L < H) got no hint, only dim 1 > dim 2 did
+    q = torch.randn(2, 3, 4, 16)
+    scheme = kwargs.pop("scheme", None)
+    with pytest.raises(ValueError, match=r"q of shape \(2, 3, 4, 16\) may be \[B, L, H, "
+                                         r"head_dim\].*q\.transpose\(1, 2\)"):
+        posenc.attend(q, q, q, scheme, **kwargs)
+    t = q.transpose(1, 2)
+    assert posenc.attend(t, t, t, scheme, **kwargs).shape == t.shape
+
+
+def test_e_decode_step_in_b_l_h_d_layout_names_the_layout_and_the_reset():
+    # a prober's call: a decode step [B, 1, H, D] after a [B, H, L, D] prefill read as a new
+    # batch ("cache.reset()") only; with k's dim 2 equal to the cached heads, both are said
+    cache = posenc.KVCache()
+    q = torch.randn(2, 4, 6, 16)
+    posenc.attend(q, q, q, cache=cache)
+    step = torch.randn(2, 1, 4, 16)
+    with pytest.raises(ValueError, match=r"new k \(2, 1, 4, 16\) does not match the cached keys "
+                                         r"\(2, 4, 6, 16\).*its dim 2 has the cached 4 heads, "
+                                         r"so k may be \[B, L, H, head_dim\].*q\.transpose\(1, "
+                                         r"2\).*new batch instead.*cache\.reset\(\)"):
+        posenc.attend(step, step, step, cache=cache)
+    with pytest.raises(ValueError, match=r"positions' 1 entries.*q\.transpose\(1, 2\)"):
+        posenc.attend(step, step, step, cache=cache, positions=torch.tensor([6]))
+    other = torch.randn(3, 4, 1, 16)  # a new batch, the layout right: the reset alone
+    with pytest.raises(ValueError, match=r"cache\.reset\(\)") as err:
+        posenc.attend(other, other, other, cache=cache)
+    assert "transpose" not in str(err.value)
+    t = step.transpose(1, 2)  # the fix runs
+    assert posenc.attend(t, t, t, cache=cache).shape == t.shape
 
 
 # --------------------------------------------------------------------------- f. the API page
