@@ -7,10 +7,81 @@ Models are tiny transformers Llamas built from a config (test_hf_adapter's helpe
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 import posenc
+import posenc.hf
+
+transformers = pytest.importorskip("transformers")
+from test_hf_adapter import TOL, llama_config, logits  # noqa: E402
+from transformers import DynamicCache, LlamaForCausalLM  # noqa: E402
+
+PREFIX, TREE = [5, 17, 33, 8, 71, 9], [40, 41, 42, 43]
+TREE_POS = torch.tensor([[6, 7, 7, 8]])
+
+
+def _llama(scheme: object = "alibi") -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(copy.deepcopy(llama_config(initializer_range=0.2))).eval()
+    return posenc.hf.use(model, scheme)
+
+
+def _tree_mask() -> torch.Tensor:
+    """``[1, 1, 4, 10]`` bool, True = sees: the prefix, then r, r-a, r-b, r-a-c."""
+    vis = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    return torch.cat([torch.ones(4, len(PREFIX), dtype=torch.bool), vis], 1)[None, None]
+
+
+def _cached(model: torch.nn.Module) -> DynamicCache:
+    cache = DynamicCache(config=model.config)
+    logits(model, torch.tensor([PREFIX]), cache=cache, use_cache=True)
+    return cache
+
+
+# --------------------------------------------------------------------------- s96: inverted tree
+
+
+def test_s96_an_inverted_4d_bool_mask_is_refused():
+    model = _llama()
+    with pytest.raises(ValueError, match=r"lets no query see its own key.*True = masked.*"
+                       r"True = the query may attend.*~mask"):
+        logits(model, torch.tensor([TREE]), attention_mask=~_tree_mask(), position_ids=TREE_POS,
+               cache=_cached(model))
+    # the right convention runs: branch r-a-c equals the sequence alone
+    got = logits(model, torch.tensor([TREE]), attention_mask=_tree_mask(), position_ids=TREE_POS,
+                 cache=_cached(model))[0]
+    want = logits(model, torch.tensor([PREFIX + [40, 41, 43]]))[0, 6:]
+    torch.testing.assert_close(got[[0, 1, 3]], want, **TOL)
+
+
+# --------------------------------------------------------------------------- o94/o97: 4-D forms
+
+
+def test_o94_a_3d_mask_is_refused_with_the_unsqueeze():
+    model = _llama()
+    with pytest.raises(ValueError, match=r"2-D \[batch, keys\] padding mask .* or a 4-D "
+                       r"\[batch, 1, queries, keys\].*got a 3-D torch.bool mask of shape "
+                       r"\(1, 4, 10\): pass mask.unsqueeze\(1\)"):
+        logits(model, torch.tensor([TREE]), attention_mask=_tree_mask()[:, 0],
+               position_ids=TREE_POS, cache=_cached(model))
+
+
+def test_o97_an_int_4d_mask_names_its_dtype_not_the_cache():
+    model = _llama()
+    one = torch.ones(1, 1, 1, len(PREFIX) + 1, dtype=torch.long)  # one query: [1, 1, 1, Lk]
+    for mask in (_tree_mask().long(), one):
+        pos = TREE_POS[:, : mask.shape[-2]]
+        with pytest.raises(ValueError, match=r"4-D attention_mask must be bool .* got "
+                           r"torch.int64 .*mask.bool\(\)"):
+            logits(model, torch.tensor([TREE[: mask.shape[-2]]]), attention_mask=mask,
+                   position_ids=pos, cache=_cached(model))
+    got = logits(model, torch.tensor([TREE]), attention_mask=_tree_mask().long().bool(),
+                 position_ids=TREE_POS, cache=_cached(model))
+    assert torch.isfinite(got).all()
+
 
 # --------------------------------------------------------------------------- o65: static reuse
 

@@ -37,7 +37,9 @@ What the attention sees, and where it comes from:
   sees; a speculative tree) is and-ed with causality; the new tokens sit at ``position_ids``
   (siblings share a depth), the cached keys at their indices ``0 .. Lk - Lq - 1`` (a padded
   prefix too: count the tree's ``position_ids`` from the index, ``Lk - Lq + depth``, not from
-  the padding mask as the rules above do);
+  the padding mask as the rules above do). Refused (:mod:`posenc.hf.mask_checks`): a 3-D
+  ``[B, Lq, Lk]`` mask (``mask.unsqueeze(1)``), an integer 4-D one (``mask.bool()``) and one
+  where no query sees its own key (inverted: True = masked);
 * **the model's own settings**, from the attention module's call: ``scaling``, Gemma 2's
   ``softcap``, gpt-oss's learned sinks (``s_aux``), grouped-query heads, dropout.
 

@@ -26,6 +26,7 @@ from .._checks import is_compiling, warn_caller
 from ..attention import attend
 from ..positions import cu_seqlens, packed_positions
 from ..schemes import PositionScheme
+from .mask_checks import check_4d_dtype, check_mask_dims, check_tree_convention
 from .saved import unswapped_error
 from .sink_cache import LAYOUT_KWARG, ROLLING_KWARG, UNREAD, attend_in_cache
 
@@ -72,6 +73,7 @@ def positions_mask(
     mark packed documents). transformers' ``mask_function`` (causal, sliding) is not
     evaluated: the attention applies the same rule from the layer's own settings.
     """
+    check_mask_dims(attention_mask)  # a 3-D [B, Lq, Lk] mask: name the unsqueeze
     if use_vmap:  # transformers sets it exactly when a model overlays or_/and_mask_function
         raise ValueError(
             "this model overlays a mask pattern of its own on the causal mask (an "
@@ -330,6 +332,8 @@ def _layout(
             "registers the attention and its mask together); a PagedAttentionCache (continuous "
             "batching) is not supported"
         )
+    if isinstance(mask, Tensor):
+        check_4d_dtype(mask, Lq, Lk)  # a caller's 4-D int mask, not the mask function's
     if isinstance(mask, Tensor) and mask.dim() == 4 and mask.dtype == torch.bool:
         return _tree_rows(mask, position_ids, B, Lq, Lk, device)
     if not isinstance(mask, Tensor) or mask.dim() != 4 or mask.dtype != torch.long:
@@ -373,6 +377,7 @@ def _tree_rows(
             f"a 4-D bool attention_mask must have shape [{B} or 1, 1, {Lq}, {Lk}] (queries x "
             f"the cached plus new keys), got {tuple(mask.shape)}"
         )
+    check_tree_convention(mask, Lq, Lk)  # True = masked: no query sees its own key
     if position_ids is None:
         pos = torch.arange(Lk - Lq, Lk, device=device).expand(B, Lq)
     else:
