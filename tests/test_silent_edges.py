@@ -437,3 +437,35 @@ def test_ready_rope_with_other_frequencies_than_the_config_warns(rope, said):
         warnings.simplefilter("error")
         kwargs = posenc.hf.rotary_kwargs_from_hf_config(model.config)
         posenc.hf.use(model, posenc.RoPE(kwargs.pop("head_dim"), **kwargs))  # the config's
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "sink"])
+def test_hand_decode_loop_with_the_prompts_mask_each_step_is_refused(cache):
+    # a prober's loop: the prompt's 2-D attention_mask passed unchanged at every step (shorter
+    # than cached + new keys); positions_mask padded it with False, so the step's own token
+    # counted as padding (0.36-0.64 off; stock sdpa is off too). A static cache's unwritten
+    # slots past the tokens so far stay padded (generate's static/sliding runs: test_hf_*)
+    model = _llama()
+    ids = torch.tensor([[5, 17, 33, 8, 71], [4, 9, 23, 50, 11]])
+    mask = torch.ones_like(ids)
+
+    def kv() -> object:
+        if cache == "sink":
+            return posenc.hf.SinkCache(sinks=2, window=4, config=model.config)
+        return transformers.DynamicCache(config=model.config)
+
+    grown = kv()
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, cache=grown)
+        step = out.logits[:, -1:].argmax(-1)
+        right = model(step, attention_mask=torch.cat([mask, mask[:, :1]], -1), cache=grown)
+        stale = kv()
+        model(ids, attention_mask=mask, cache=stale)
+        with pytest.raises(ValueError, match=r"attention_mask has 5 columns, but this step's "
+                                             r"queries are token 5 of the sequence.*\[B, 6\].*"
+                                             r"grow it by one column per step as generate "
+                                             r"does"):
+            model(step, attention_mask=mask, cache=stale)
+        full = model(torch.cat([ids, step], -1)).logits[:, -1]
+    if cache == "dynamic":  # the grown mask is the answer of the whole sequence
+        torch.testing.assert_close(right.logits[:, -1], full, **TOL)

@@ -92,7 +92,8 @@ def positions_mask(
         k_pos = torch.arange(kv_length, device=device) + kv_offset  # [Lk]
         k_pos = k_pos.masked_fill(k_pos >= end, -1)[None]  # a static cache's later slots: unwritten
         return torch.cat([q_pos, k_pos], dim=-1)[:, None, None]  # [1, 1, 1, Lq + Lk]
-    span = kv_offset + kv_length  # the tokens up to the last key slot
+    _check_mask_covers(attention_mask, q_offset, q_length)
+    span = kv_offset + kv_length  # the tokens up to the last key slot (a static cache: all)
     index = torch.arange(span, device=device)  # [span]
     mask = attention_mask.to(device=device, dtype=torch.bool)  # [B, T]
     T = mask.shape[-1]
@@ -104,6 +105,28 @@ def positions_mask(
     q_pos = pos[:, q_index]  # [B | 1, Lq]
     k_pos = pos[:, k_index].masked_fill(~real[:, k_index], -1)  # [B | 1, Lk]
     return torch.cat([q_pos, k_pos], dim=-1)[:, None, None]  # [B | 1, 1, 1, Lq + Lk]
+
+
+def _check_mask_covers(attention_mask: Tensor, q_offset: int | Tensor, q_length: int) -> None:
+    """A 2-D ``attention_mask`` covers every token so far, this step's included (``generate``
+    grows it by a column a step); past them it is padded with False (a static cache's
+    unwritten slots). A shorter one (a hand loop passing the prompt's mask each step) would
+    make this step's own tokens padding: refused (eager; a device offset is not read back)."""
+    T = attention_mask.shape[-1]
+    if is_compiling() or (isinstance(q_offset, Tensor) and q_offset.device.type != "cpu"):
+        return
+    end = int(q_offset) + q_length
+    if T >= end:
+        return
+    which = f"token {end - 1}" if q_length == 1 else f"tokens {end - q_length} .. {end - 1}"
+    raise ValueError(
+        f"attention_mask has {T} columns, but this step's queries are {which} of the sequence "
+        f"(the cache holds {end - q_length} earlier ones): a 2-D attention_mask covers every "
+        f"token so far, cached and new, [B, {end}] here; grow it "
+        "by one column per step as generate does, e.g. attention_mask = torch.cat("
+        "[attention_mask, attention_mask.new_ones(B, 1)], dim=-1) (without it, this step's "
+        "own tokens would count as padding)"
+    )
 
 
 # --------------------------------------------------------------------------- the attention
