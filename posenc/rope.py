@@ -194,7 +194,7 @@ class RotaryEmbedding(RotaryTables):
     ``posenc.rope_angles.rope_angles``; below it they are transformers' float32 products,
     bit for bit). ``exact_angles=False`` takes the float32 product at every position instead,
     as transformers, Meta's LLaMA code and torchtune do: their cos/sin bit for bit (rotated q, k
-    within 1 ulp, the same products added in another order), and their drift (up to
+    to float32 rounding: the same products added in another order), and their drift (up to
     ``position * 3e-8`` rad: a relative score error of 1e-2 at position ``10**6``);
     ``from_hf_config`` chooses it by default. q and k may differ in their head count
     (grouped-query attention), nothing else. ``cos``/``sin``, times the attention factor (YaRN's
@@ -465,8 +465,8 @@ class RotaryEmbedding(RotaryTables):
 
         ``exact_angles=False`` (the default here): the angles are transformers' float32
         products at every position, so the module gives the model's own cos/sin tables bit for
-        bit (rotated q, k within 1 ulp), long positions included (where transformers' angles drift by up
-        to ``position * 3e-8`` rad). ``exact_angles=True``: angles reduced mod ``2 pi``, scores
-        that depend on the offset alone (see the class doc)."""
+        bit (rotated q, k to float32 rounding), long positions included (where transformers'
+        angles drift by up to ``position * 3e-8`` rad). ``exact_angles=True``: angles reduced
+        mod ``2 pi``, scores that depend on the offset alone (see the class doc)."""
         kwargs = rotary_kwargs_from_hf_config(config, layer_type=layer_type, interleaved=interleaved)
         return cls(**kwargs, exact_angles=_check_bool("exact_angles", exact_angles))

@@ -514,7 +514,9 @@ def test_own_rope_turns_by_the_forward_position_ids_not_the_mask():
     """README: with ``use(model)`` the model's own rotary turns q and k before attention, by the
     forward's ``position_ids``. A direct call on a left-padded row counts ``arange``: plain RoPE's
     scores do not notice the shift, a position-dependent rotary (dynamic NTK: it rescales once
-    the batch reaches past ``max_position_embeddings``) does; ``cumsum(mask) - 1`` mends it."""
+    the batch reaches past ``max_position_embeddings``) does; ``cumsum(mask) - 1`` mends it for
+    a one-row batch (with longer rows beside it, the batch's longest position scales every row,
+    in transformers as here, whatever the positions)."""
     prompt = torch.tensor([[5, 17, 33, 8, 71, 9]])
     ids = torch.cat([torch.full((1, 6), PAD), prompt], dim=1)  # [1, 12]: 6 pads, then the prompt
     mask = (ids != PAD).long()
