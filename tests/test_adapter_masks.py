@@ -8,6 +8,7 @@ Models are tiny transformers Llamas built from a config (test_hf_adapter's helpe
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -16,9 +17,10 @@ import posenc
 import posenc.hf
 
 transformers = pytest.importorskip("transformers")
-from test_hf_adapter import TOL, llama_config, logits  # noqa: E402
+from test_hf_adapter import PAD, TOL, llama_config, logits  # noqa: E402
 from transformers import DynamicCache, LlamaForCausalLM  # noqa: E402
 
+DOCS = ([5, 17, 33, 8, 71], [9, 23, 50, 11])
 PREFIX, TREE = [5, 17, 33, 8, 71, 9], [40, 41, 42, 43]
 TREE_POS = torch.tensor([[6, 7, 7, 8]])
 
@@ -39,6 +41,78 @@ def _cached(model: torch.nn.Module) -> DynamicCache:
     cache = DynamicCache(config=model.config)
     logits(model, torch.tensor([PREFIX]), cache=cache, use_cache=True)
     return cache
+
+
+# --------------------------------------------------------------------------- s35: document ids
+
+
+@pytest.mark.parametrize("scheme", [None, "alibi"])
+def test_s35_a_2d_mask_of_document_ids_is_refused_with_the_fixes(scheme):
+    model = _llama(scheme)
+    ids = torch.tensor([DOCS[0] + DOCS[1]])
+    doc_ids = torch.tensor([[1] * 5 + [2] * 4])
+    with pytest.raises(ValueError, match=r"attention_mask .* holds the values \{1, 2\}.*"
+                       r"position_ids=posenc.packed_positions.*cu_seq_lens_q/k.*"
+                       r"posenc.cu_seqlens\(document_ids\)"):
+        logits(model, ids, attention_mask=doc_ids)
+    additive = torch.zeros(1, 9).masked_fill(torch.arange(9) < 2, float("-inf"))
+    with pytest.raises(ValueError, match=r"values \{-inf, 0\} \(torch.float32\)"):
+        logits(model, ids, attention_mask=additive)
+    # the fixes the message names give each document alone
+    want = logits(model, torch.tensor([DOCS[1]]))[0]
+    pos = posenc.packed_positions(doc_ids)
+    torch.testing.assert_close(logits(model, ids, position_ids=pos)[0, 5:], want, **TOL)
+    cu, _ = posenc.cu_seqlens(doc_ids)
+    got = logits(model, ids, position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+    torch.testing.assert_close(got[0, 5:], want, **TOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.long, torch.int32, torch.float32])
+def test_s35_0_1_masks_of_any_dtype_still_pad(dtype):
+    model = _llama()
+    ids = torch.tensor([[PAD, PAD] + DOCS[1]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1]]).to(dtype)
+    want = logits(model, torch.tensor([DOCS[1]]))[0]
+    torch.testing.assert_close(logits(model, ids, attention_mask=mask)[0, 2:], want, **TOL)
+
+
+def test_s35_generate_with_a_left_padded_batch_runs_unwarned():
+    model = _llama(None)
+    ids = torch.tensor([[PAD, PAD] + DOCS[1], DOCS[0] + [9]])
+    mask = (ids != PAD).long()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False,
+                                 pad_token_id=PAD)
+    assert out.shape == (2, 9)
+
+
+# --------------------------------------------------------------------------- s33/s34: padding
+
+
+def test_s33_restarting_position_ids_with_padding_warn_at_the_callers_line():
+    model = _llama(None)
+    d = [*DOCS, [40, 41, 42], [60, 61, 62, 63]]
+    ids = torch.tensor([d[0] + d[1], d[2] + d[3] + [PAD, PAD]])
+    pos = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3], [0, 1, 2, 0, 1, 2, 3, 0, 0]])
+    mask = torch.tensor([[1] * 9, [1] * 7 + [0, 0]])
+    with pytest.warns(UserWarning, match=r"position_ids restart inside row 0 .* attention_mask "
+                      r"pads.*not split into documents.*no attention_mask \(or an all-ones one\)"
+                      r".*cu_seq_lens_q/k") as record:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask, position_ids=pos)
+    assert len(record) == 1 and record[0].filename == __file__
+    # the fix: the collator's rows, no mask: the documents split
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = logits(model, ids[:1], position_ids=pos[:1])
+    torch.testing.assert_close(got[0, 5:], logits(model, torch.tensor([d[1]]))[0], **TOL)
+    # increasing positions under padding (generate's cumsum - 1, pads at 1) do not warn
+    ok = torch.tensor([[1, 1, 0, 1, 2, 3, 4, 5, 6]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logits(model, ids[1:], attention_mask=torch.tensor([[0, 0] + [1] * 7]), position_ids=ok)
 
 
 # --------------------------------------------------------------------------- s96: inverted tree

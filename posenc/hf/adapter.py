@@ -28,7 +28,10 @@ What the attention sees, and where it comes from:
   cache is passed, e.g. ``use_cache=True``, the default). A packing collator's
   ``cu_seq_lens_q/k`` (``return_flash_attn_kwargs=True``) mark documents too, with or without
   ``position_ids``; they are refused with a padding mask or a cache, or where ``position_ids``
-  restart inside one of their documents;
+  restart inside one of their documents. A padding mask (with zeros) splits no row into
+  documents, as in transformers: ``position_ids`` that restart under one warn at the caller's
+  line; a 2-D mask holding values other than 0/1 (document ids, packing style) is refused
+  (checked by ``use``'s forward pre-hook, :mod:`posenc.hf.mask_checks`);
 * **visibility**: causal, the layer's ``sliding_window``, the padding mask, the documents:
   :func:`~posenc.attention.attend`'s rule (a window counts positions: query ``m`` sees keys
   ``n`` with ``m - W < n <= m``, as transformers counts indices; a 2-D mask with zeros

@@ -19,6 +19,7 @@ from ..attention import BACKENDS
 from ..rope_config import rotary_kwargs_from_hf_config
 from ..schemes import SCHEMES, PositionScheme, RoPE, _a_class, make_scheme
 from .forward import _OPTIONS, _Options, attention_forward, positions_mask
+from .mask_checks import watch_inputs
 from .saved import SAVED as SAVED
 from .saved import Recorded, restore_saved_weights
 from .scheme_checks import (
@@ -193,6 +194,7 @@ def use(model: Any, scheme: str | PositionScheme | None = None, **options: Any) 
             setattr(config, SAVED, record)
             setattr(config, SAVED_ATTENTION, name)  # a reload asks for this attention
     model.set_attn_implementation(name)
+    watch_inputs(model, name)  # the 2-D mask's values, before transformers makes it bool
     if reloaded is not None:
         restore_saved_weights(model, reloaded)
     return model
