@@ -31,7 +31,7 @@ What the attention sees, and where it comes from:
   restart inside one of their documents. A padding mask (with zeros) splits no row into
   documents, as in transformers: ``position_ids`` that restart under one warn at the caller's
   line; a 2-D mask holding values other than 0/1 (document ids, packing style) is refused
-  (checked by ``use``'s forward pre-hook, :mod:`posenc.hf.mask_checks`);
+  (checked by ``use``'s forward pre-hook, ``posenc.hf.mask_checks``);
 * **visibility**: causal, the layer's ``sliding_window``, the padding mask, the documents:
   :func:`~posenc.attention.attend`'s rule (a window counts positions: query ``m`` sees keys
   ``n`` with ``m - W < n <= m``, as transformers counts indices; a 2-D mask with zeros
@@ -40,7 +40,7 @@ What the attention sees, and where it comes from:
   sees; a speculative tree) is and-ed with causality; the new tokens sit at ``position_ids``
   (siblings share a depth), the cached keys at their indices ``0 .. Lk - Lq - 1`` (a padded
   prefix too: count the tree's ``position_ids`` from the index, ``Lk - Lq + depth``, not from
-  the padding mask as the rules above do). Refused (:mod:`posenc.hf.mask_checks`): a 3-D
+  the padding mask as the rules above do). Refused (``posenc.hf.mask_checks``): a 3-D
   ``[B, Lq, Lk]`` mask (``mask.unsqueeze(1)``), an integer 4-D one (``mask.bool()``) and one
   where no query sees its own key (inverted: True = masked);
 * **the model's own settings**, from the attention module's call: ``scaling``, Gemma 2's
