@@ -126,8 +126,10 @@ def check_seen(
         return Seen(padding=key_valid_of(attention_mask, cache, B, Lq, Lk_new, q.device))
     except ValueError as err:
         n = attention_mask.shape[-1] if attention_mask.dim() else 0
-        hint = layout_hint(q, 1, n, f"the attention_mask's {n} columns", Lk_new)
-        if not hint or cache is not None:
+        held = 0 if cache is None else len(cache)  # a decode step [B, 1, H, D]: n = held + 1
+        what = f"the attention_mask's {n} columns" + (f" less {held} cached" if held else "")
+        hint = layout_hint(q, 1, n - held, what, Lk_new - held)
+        if not hint:
             raise
         raise ValueError(f"{err}. {hint}") from None
 

@@ -174,3 +174,27 @@ def test_o65_a_full_static_cache_names_reset_too():
     with pytest.raises(ValueError, match="make max_len larger") as info:  # nothing held: no reset
         layer(x[:, :4], cache=posenc.KVCache(max_len=3))
     assert "reset" not in str(info.value)
+
+
+def test_a_tree_over_a_padded_prefix_counted_from_the_mask_is_refused():
+    """A speculative tree over a left-padded cached prefix: its keys sit at their indices, so
+    tree position_ids counted from the padding mask (cumsum) put a query before keys its mask
+    lets it see, which causality would drop silently (1.5 off); the index count is right."""
+    model = _llama("alibi")
+    ids = torch.tensor([[PAD, PAD, 5, 17, 33, 8], [71, 9, 23, 50, 11, 12]])
+    mask = (ids != PAD).long()
+    P = ids.shape[1]
+    vis = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    m4 = torch.cat([mask.bool()[:, None, :].expand(2, 4, P), vis.expand(2, 4, 4)], 2)[:, None]
+    depth = torch.tensor([[0, 1, 1, 2]])
+    tree = torch.tensor([[40, 41, 42, 43]] * 2)
+    want = logits(model, torch.tensor([[5, 17, 33, 8, 40, 41, 43]]))[0, 4:]
+    for pos, right in ((mask.sum(1, keepdim=True) + depth, False), (P + depth, True)):
+        cache = DynamicCache(config=model.config)
+        logits(model, ids, attention_mask=mask, cache=cache, use_cache=True)
+        if not right:
+            with pytest.raises(ValueError, match=r"count the tree's position_ids from the index"):
+                logits(model, tree, attention_mask=m4, position_ids=pos, cache=cache)
+            continue
+        got = logits(model, tree, attention_mask=m4, position_ids=pos, cache=cache)
+        torch.testing.assert_close(got[0, [0, 1, 3]], want, **TOL)

@@ -351,3 +351,16 @@ def test_sink_cache_reuse_message_names_the_positions_it_holds():
                                          r"whose keys stop at positions \[14\] \(a continuation "
                                          r"starts at \[15\]\).*stop at \[10\]"):
         _generate(model, cache, torch.tensor([[5, 17, 33, 8, 71, 9, 4, 40, 41, 42, 43]]))
+
+
+def test_decode_step_in_the_wrong_layout_names_it_through_the_mask_too():
+    """A decode step ``[B, 1, H, D]`` over a cache with a 2-D mask grown by one column: the
+    mask's columns less the cached keys fit q's dim 1, so the refusal names the transpose."""
+    H, D = 4, 16
+    cache = posenc.KVCache()
+    x = torch.randn(2, H, 6, D)
+    posenc.attend(x, x, x, posenc.RoPE(D), cache=cache, attention_mask=torch.ones(2, 6))
+    step = torch.randn(2, 1, H, D)  # [B, L=1, H, D]
+    with pytest.raises(ValueError, match=r"may be \[B, L, H, head_dim\].*7 columns less 6 cached"):
+        posenc.attend(step, step, step, posenc.RoPE(D), cache=cache,
+                      attention_mask=torch.ones(2, 7))

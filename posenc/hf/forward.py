@@ -26,7 +26,12 @@ from .._checks import is_compiling, warn_caller
 from ..attention import attend
 from ..positions import cu_seqlens, packed_positions
 from ..schemes import PositionScheme
-from .mask_checks import check_4d_dtype, check_mask_dims, check_tree_convention
+from .mask_checks import (
+    check_4d_dtype,
+    check_mask_dims,
+    check_tree_convention,
+    check_tree_positions,
+)
 from .saved import unswapped_error
 from .sink_cache import LAYOUT_KWARG, ROLLING_KWARG, UNREAD, attend_in_cache
 
@@ -409,6 +414,7 @@ def _tree_rows(
     key_pos = None
     if Lk != Lq:
         key_pos = torch.cat([torch.arange(Lk - Lq, device=device).expand(B, Lk - Lq), pos], -1)
+        check_tree_positions(mask, pos, key_pos)  # [B, Lk]: the cached keys at their indices
     return _Rows(positions=pos, key_positions=key_pos, key_valid=mask.expand(B, 1, Lq, Lk))
 
 

@@ -171,3 +171,23 @@ def check_tree_convention(mask: Tensor, Lq: int, Lk: int) -> None:
             "it looks inverted (True = masked, torch.nn.MultiheadAttention's convention); "
             "transformers' convention is True = the query may attend to the key: pass ~mask"
         )
+
+
+def check_tree_positions(mask: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:
+    """A tree's queries sit at or after every key their 4-D mask lets them see: the rule is
+    and-ed with causality, which would drop a later key without a word. ``position_ids``
+    counted from a padding mask put a tree over a left-padded prefix below its cached keys,
+    which sit at their indices. ``mask [B | 1, 1, Lq, Lk]``, ``q_pos [B, Lq]``, ``k_pos [B, Lk]``."""
+    if is_compiling():
+        return
+    later = mask[:, 0] & (k_pos[:, None, :] > q_pos[:, :, None])  # [B, Lq, Lk]
+    if not bool(later.any()):
+        return
+    b, i, j = (int(v) for v in later.nonzero()[0])
+    raise ValueError(
+        f"the 4-D attention_mask lets query {i} of row {b} (at position {int(q_pos[b, i])}) see "
+        f"key {j}, which sits at position {int(k_pos[b, j])}, after it: causality would drop "
+        "that key. The cached keys sit at their indices 0 .. Lk - Lq - 1 (a padded prefix "
+        "too), so count the tree's position_ids from the index (Lk - Lq + depth), not from "
+        "the padding mask"
+    )
