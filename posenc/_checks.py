@@ -128,6 +128,12 @@ def position_range(name: str, value: object) -> tuple[Tensor, int, int]:
     else:
         a, b = torch.aminmax(value)
         lo, hi = int(a), int(b)
+    check_range(name, lo, hi)
+    return value, lo, hi
+
+
+def check_range(name: str, lo: int, hi: int) -> None:
+    """Positions (their minimum ``lo``, maximum ``hi``) in ``[0, 2**31)``."""
     if lo < 0:
         raise ValueError(f"{name} must be >= 0, got a minimum of {lo}")
     if hi >= MAX_POSITION:
@@ -135,7 +141,6 @@ def position_range(name: str, value: object) -> tuple[Tensor, int, int]:
             f"{name} must be < 2**31 = {MAX_POSITION} (int32's range; every position below "
             f"it rotates exactly), got a maximum of {hi}"
         )
-    return value, lo, hi
 
 
 def check_rows(

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ._checks import MAX_POSITION, check_dtype, check_float, check_int, check_tensor, is_compiling
+from ._checks import check_dtype, check_float, check_int, check_range, check_tensor, is_compiling
 from .rope_angles import rope_angles
 
 
@@ -79,15 +79,8 @@ def mrope_cos_sin(
         )
     hi = None
     if positions.numel() and not is_compiling():
-        lo, top = (int(v) for v in torch.aminmax(positions))
-        if lo < 0:
-            raise ValueError(f"positions must be >= 0, got a minimum of {lo}")
-        if top >= MAX_POSITION:
-            raise ValueError(
-                f"positions must be < 2**31 = {MAX_POSITION} (int32's range; every position "
-                f"below it rotates exactly), got a maximum of {top}"
-            )
-        hi = top
+        lo, hi = (int(v) for v in torch.aminmax(positions))
+        check_range("positions", lo, hi)
     check_tensor("inv_freq", inv_freq, floating=True)
     if inv_freq.dim() != 1 or inv_freq.numel() == 0:
         raise ValueError(f"inv_freq must be 1-D and non-empty, got shape {tuple(inv_freq.shape)}")
