@@ -123,7 +123,7 @@ def _checkpoint_file(where: str, name: str) -> str | None:
     if Path(where).is_dir():
         return str(local) if local.is_file() else None
     try:
-        from transformers.utils import cached_file
+        from transformers.utils.hub import cached_file
 
         return cached_file(where, name, local_files_only=True,
                            _raise_exceptions_for_missing_entries=False,
