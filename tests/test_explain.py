@@ -213,16 +213,7 @@ def _yarn(factor, max_len, original):
 
 
 def _transformers_warns(cfg) -> bool:
-    transformers.utils.logging.warning_once.cache_clear()  # else a repeated warning is silent
-    buf = io.StringIO()
-    handler = logging.StreamHandler(buf)
-    logger = logging.getLogger("transformers")
-    logger.addHandler(handler)
-    try:
-        transformers.LlamaConfig(**json.loads(json.dumps(cfg)))
-    finally:
-        logger.removeHandler(handler)
-    return "does not match the ratio" in buf.getvalue()
+    return "does not match the ratio" in _transformers_log(transformers.LlamaConfig, cfg)[1]
 
 
 @pytest.mark.parametrize(("factor", "max_len", "original"),

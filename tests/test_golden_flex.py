@@ -31,12 +31,10 @@ import re
 import sys
 from pathlib import Path
 
-import torch
-
 GOLDEN = Path(__file__).resolve().parent / "golden"
 sys.path.insert(0, str(GOLDEN))
 
-from record import FLEX_CASES, FLEX_FIXTURE, differences, record  # noqa: E402
+from record import FLEX_CASES, FLEX_FIXTURE, unchanged  # noqa: E402
 
 QUICK = re.compile(
     r"attend/[^/]+/plain/flex/f32$|attend/alibi/[^/]+/flex/f32$|/sink_logits$|^grad/|^dropout/"
@@ -61,18 +59,5 @@ def test_the_quick_slice_covers_every_kind_of_case():
 
 
 def test_flex_battery_is_bit_for_bit_unchanged():
-    want = torch.load(FLEX_FIXTURE)
-    cases = _cases()
-    want = {name: want[name] for name in cases}
-    threads = torch.get_num_threads()
-    try:
-        with torch.random.fork_rng():
-            got = record(cases)
-    finally:
-        torch.set_num_threads(threads)
-    diff = differences(want, got)
-    cases = sorted({line.split(": ", 1)[0] for line in diff})
-    assert not diff, (
-        f"{len(cases)} flex golden case(s) differ: {cases}\n" + "\n".join(diff[:60])
-        + "\n(re-record only for an intended, listed change: see this test's docstring)"
-    )
+    report = unchanged(FLEX_FIXTURE, _cases(), "flex golden")
+    assert not report, report

@@ -70,6 +70,27 @@ def differences(want: dict, got: dict) -> list[str]:
     return out
 
 
+def unchanged(fixture: Path, cases: dict | None = None, label: str = "golden") -> str:
+    """Run the battery again (``cases``, default ``cases.CASES``; the threads and the RNG put
+    back after) and compare it with ``fixture``'s results for the same cases: ``""`` when bit
+    for bit the same, else the report a test fails with."""
+    want = torch.load(fixture)
+    if cases is not None:
+        want = {name: want[name] for name in cases}
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng():
+            got = record(cases)
+    finally:
+        torch.set_num_threads(threads)
+    diff = differences(want, got)
+    if not diff:
+        return ""
+    names = sorted({line.split(": ", 1)[0] for line in diff})
+    return (f"{len(names)} {label} case(s) differ: {names}\n" + "\n".join(diff[:60])
+            + "\n(re-record only for an intended, listed change: see the test's docstring)")
+
+
 def _layer_names(text: str) -> str:
     """A message with ``MultiHeadAttention#<n>`` counts the layers the process made before it:
     the number depends on which tests ran first in the same worker, so it is not compared."""
