@@ -167,6 +167,10 @@ def check_rows(
     return value
 
 
+_TRANSPOSE = ("pass q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2) and transpose the "
+              "output back")
+
+
 def layout_hint(like: Tensor | None, dim: int, n: int, what: str, read: int) -> str:
     """For ``q`` (``like``) given as ``[B, L, H, head_dim]`` where ``[B, H, L, head_dim]`` is
     read: when its ``dim`` (1: L, 2: H) holds ``n`` (``what``) and ``read`` (the size taken
@@ -177,8 +181,7 @@ def layout_hint(like: Tensor | None, dim: int, n: int, what: str, read: int) -> 
     looks = "looks like" if like.shape[1] > like.shape[2] else "may be"
     return (
         f"q of shape {tuple(like.shape)} {looks} [B, L, H, head_dim] (its dim {dim} has "
-        f"{what}); attend reads [B, H, L, head_dim]: pass q.transpose(1, 2), k.transpose(1, "
-        "2), v.transpose(1, 2) and transpose the output back"
+        f"{what}); attend reads [B, H, L, head_dim]: {_TRANSPOSE}"
     )
 
 
@@ -195,9 +198,8 @@ def cache_mismatch(k: Tensor, cached: Tensor, held: int) -> str:
         return head + reset
     return head + (
         f"its dim 2 has the cached {heads} heads, so k may be [B, L, H, head_dim] (a decode "
-        f"step [B, 1, H, head_dim]); the cache and attend read [B, H, L, head_dim]: pass "
-        "q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2) and transpose the output "
-        f"back. If it is a new batch instead, {reset}"
+        f"step [B, 1, H, head_dim]); the cache and attend read [B, H, L, head_dim]: "
+        f"{_TRANSPOSE}. If it is a new batch instead, {reset}"
     )
 
 
