@@ -21,7 +21,7 @@ from ..schemes import SCHEMES, PositionScheme, RoPE, _a_class, make_scheme
 from .forward import _OPTIONS, _Options, attention_forward, positions_mask
 from .mask_checks import watch_inputs
 from .saved import SAVED as SAVED
-from .saved import Recorded, restore_saved_weights
+from .saved import Recorded, recorded_call, restore_saved_weights
 from .scheme_checks import (
     check_instance,
     filled_options,
@@ -233,7 +233,6 @@ def _check_recorded(
     same = record is not None and record.get("scheme") == saved.get("scheme")
     if same and _same_call(model, saved, record):
         return None if shared else saved
-    options = "".join(f", {k}={v!r}" for k, v in (saved.get("options") or {}).items())
     asked = "the model's own RoPE" if record is None else (
         f"scheme {record['scheme']!r}" + ("" if not same else f" with options "
                                            f"{record.get('options')!r}"))
@@ -243,8 +242,7 @@ def _check_recorded(
            "written by posenc.hf.use before save_pretrained: its weights were trained with it")
     warn_caller(
         f"this model's config records posenc scheme {saved.get('scheme')!r} ({how}), but "
-        f"use() was asked for {asked}; to run it with that scheme call "
-        f"posenc.hf.use(model, {saved.get('scheme')!r}{options})"
+        f"use() was asked for {asked}; to run it with that scheme call {recorded_call(saved)}"
     )
     return None
 
