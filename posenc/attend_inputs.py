@@ -129,7 +129,7 @@ def check_seen(
         held = 0 if cache is None else len(cache)  # a decode step [B, 1, H, D]: n = held + 1
         what = f"the attention_mask's {n} columns" + (f" less {held} cached" if held else "")
         hint = layout_hint(q, 1, n - held, what, Lk_new - held)
-        if not hint:
+        if not hint or (held and q.shape[1] >= q.shape[2]):  # over a cache: a [B, 1, H, D] step
             raise
         raise ValueError(f"{err}. {hint}") from None
 

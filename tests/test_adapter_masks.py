@@ -198,3 +198,20 @@ def test_a_tree_over_a_padded_prefix_counted_from_the_mask_is_refused():
             continue
         got = logits(model, tree, attention_mask=m4, position_ids=pos, cache=cache)
         torch.testing.assert_close(got[0, [0, 1, 3]], want, **TOL)
+
+
+def test_a_tree_over_a_static_cache_with_spare_slots_is_named_not_called_inverted():
+    """posenc places this step's tokens at the last Lq key slots; a StaticCache longer than the
+    prefix plus the tree leaves them elsewhere: refused as such, not as an inverted mask."""
+    from transformers import StaticCache
+
+    model = _llama("alibi")
+    prefix = torch.tensor([[5, 17, 33, 8]])
+    cache = StaticCache(config=model.config, max_cache_len=16)
+    logits(model, prefix, cache=cache, use_cache=True)
+    vis = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    m4 = torch.zeros(1, 1, 4, 16, dtype=torch.bool)
+    m4[..., :4], m4[..., 4:8] = True, vis
+    with pytest.raises(ValueError, match=r"StaticCache with slots past them"):
+        logits(model, torch.tensor([[40, 41, 42, 43]]), attention_mask=m4, cache=cache,
+               position_ids=torch.tensor([[4, 5, 5, 6]]), cache_position=torch.arange(4, 8))

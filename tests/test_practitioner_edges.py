@@ -364,3 +364,16 @@ def test_decode_step_in_the_wrong_layout_names_it_through_the_mask_too():
     with pytest.raises(ValueError, match=r"may be \[B, L, H, head_dim\].*7 columns less 6 cached"):
         posenc.attend(step, step, step, posenc.RoPE(D), cache=cache,
                       attention_mask=torch.ones(2, 7))
+
+
+def test_a_correct_step_with_a_wrong_mask_width_gets_no_layout_hint():
+    """The hint over a cache is for a ``[B, 1, H, D]`` step; a correct ``[B, H, L, D]`` call whose
+    mask is as wide as the cached keys plus H is not told to transpose (probe of the hint)."""
+    cache = posenc.KVCache()
+    x = torch.randn(2, 4, 5, 16)
+    posenc.attend(x, x, x, posenc.RoPE(16), cache=cache, attention_mask=torch.ones(2, 5))
+    for L in (1, 3):
+        q = torch.randn(2, 4, L, 16)
+        with pytest.raises(ValueError) as err:
+            posenc.attend(q, q, q, posenc.RoPE(16), cache=cache, attention_mask=torch.ones(2, 9))
+        assert "transpose" not in str(err.value)

@@ -166,6 +166,14 @@ def check_tree_convention(mask: Tensor, Lq: int, Lk: int) -> None:
     seen = mask.any(-1)  # [B, 1, Lq]: rows that see anything
     own = mask[..., Lk - Lq:].diagonal(dim1=-2, dim2=-1)  # [B, 1, Lq]: sees its own key
     if bool(seen.any()) and not bool((own & seen).any()):
+        if not bool(mask[..., Lk - Lq:].any()):  # the last Lq slots unseen: not the new tokens
+            raise ValueError(
+                f"the 4-D bool attention_mask {tuple(mask.shape)} shows the queries none of the "
+                f"last {Lq} key slots, where posenc places this step's tokens: a StaticCache "
+                "with slots past them (max_cache_len > the prefix plus the tree)? Run a tree "
+                "with a DynamicCache, or a StaticCache whose max_cache_len is exactly the "
+                "cached prefix plus the tree's tokens"
+            )
         raise ValueError(
             f"the 4-D bool attention_mask {tuple(mask.shape)} lets no query see its own key: "
             "it looks inverted (True = masked, torch.nn.MultiheadAttention's convention); "
